@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/spf13/cobra"
+)
+
+func newLabCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "Keep a lab cluster standing for exploration, or remove leftovers",
+	}
+	var dp, prefix string
+	var nodes, mtu, pods int
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Build a lab (nodes, underlay, pods) and leave it standing; prints its namespaces",
+		Long: `Build a lab cluster and leave it standing. Explore it with
+  nsenter --net=/run/netns/<namespace> ip route
+and remove it with 'cnibench lab down --prefix PREFIX' (or 'cnibench lab clean' for every lab).
+The build time printed is the time to build the nodes, the underlay and all pods.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Geteuid() != 0 {
+				return usagef("lab up needs root (it creates network namespaces): run as root")
+			}
+			if pods < 0 || pods > 5000 {
+				return usagef("--pods %d out of range (0..5000)", pods)
+			}
+			if prefix == "" {
+				prefix = newPrefix()
+			}
+			if err := lab.ValidPrefix(prefix); err != nil {
+				return usagef("--prefix: %v", err)
+			}
+			p, err := lab.Lookup(dp)
+			if err != nil {
+				return usagef("--dataplane: %v", err)
+			}
+			if p.Missing != "" {
+				return usagef("--dataplane %s is not available: %s", dp, p.Missing)
+			}
+			if pods > 0 && (p.Attach == "none" || p.Attach == "veth") {
+				return usagef("--dataplane %s has no pod network: use --pods 0 or a preset such as flannel", dp)
+			}
+			if len(lab.Namespaces(prefix)) > 0 {
+				return usagef("--prefix %s is in use: pick another or run 'cnibench lab down --prefix %s'", prefix, prefix)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			start := time.Now()
+			l, err := lab.Up(ctx, lab.Config{Prefix: prefix, Dataplane: dp, Nodes: nodes, MTU: mtu})
+			if err != nil {
+				return usageError{err.Error()}
+			}
+			if err := createPods(ctx, l, pods); err != nil {
+				_ = l.Close(context.Background())
+				return err
+			}
+			el := time.Since(start)
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "lab %s up: dataplane %s, %d nodes, %d pods, pod MTU %d, built in %.2f s\n", prefix, dp, len(mustNodes(l)), pods, l.PodMTU(), el.Seconds())
+			fmt.Fprintf(w, "namespaces: %v\n", nsSummary(prefix))
+			fmt.Fprintf(w, "explore: nsenter --net=/run/netns/%s-n0 ip route\nremove:  cnibench lab down --prefix %s\n", prefix, prefix)
+			return nil
+		},
+	}
+	up.Flags().StringVar(&dp, "dataplane", "flannel", "preset: flannel, flannel-hostgw, calico, calico-vxlan")
+	up.Flags().IntVar(&nodes, "nodes", 2, "nodes (1..64)")
+	up.Flags().IntVar(&mtu, "mtu", 1500, "underlay MTU (576..9000)")
+	up.Flags().IntVar(&pods, "pods", 2, "pods, spread over the nodes round-robin")
+	up.Flags().StringVar(&prefix, "prefix", "", "object prefix (default: random cnbXXXXX)")
+
+	var downPrefix string
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Remove the lab with the given prefix",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := lab.ValidPrefix(downPrefix); err != nil {
+				return usagef("--prefix: %v", err)
+			}
+			if os.Geteuid() != 0 {
+				return usagef("lab down needs root: run as root")
+			}
+			n := len(lab.Namespaces(downPrefix))
+			if err := lab.Clean(downPrefix); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "lab %s removed (%d namespaces)\n", downPrefix, n)
+			return nil
+		},
+	}
+	down.Flags().StringVar(&downPrefix, "prefix", "", "prefix of the lab to remove (required)")
+
+	clean := &cobra.Command{
+		Use:   "clean",
+		Short: "Remove the leftovers of every lab (any cnb* prefix): processes, namespaces, state",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Geteuid() != 0 {
+				return usagef("lab clean needs root: run as root")
+			}
+			left := lab.Leftovers("")
+			if err := lab.Clean(""); err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			for _, l := range left {
+				fmt.Fprintf(w, "removed %s\n", l)
+			}
+			fmt.Fprintf(w, "clean: %d objects removed\n", len(left))
+			return nil
+		},
+	}
+	cmd.AddCommand(up, down, clean)
+	return cmd
+}
+
+// createPods creates n pods round-robin over the nodes, in parallel.
+func createPods(ctx context.Context, l *lab.Lab, n int) error {
+	nodes := mustNodes(l)
+	work := make(chan int)
+	errc := make(chan error, n)
+	var wg sync.WaitGroup
+	for w := 0; w < 2*runtime.NumCPU(); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				_, err := l.CreatePod(ctx, cluster.PodSpec{Name: fmt.Sprintf("pod%d", i), Node: nodes[i%len(nodes)].Name})
+				if err != nil {
+					errc <- err
+				}
+			}
+		}()
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+func mustNodes(l *lab.Lab) []cluster.Node {
+	n, _ := l.Nodes(context.Background())
+	return n
+}
+
+func nsSummary(prefix string) string {
+	ns := lab.Namespaces(prefix)
+	if len(ns) > 6 {
+		return fmt.Sprintf("%v ... (%d in all)", ns[:6], len(ns))
+	}
+	return fmt.Sprint(ns)
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/doctor"
+	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/scenario"
+	"github.com/spf13/cobra"
+)
+
+// planned scenarios that are not built yet, so `list` tells the whole story.
+var upcoming = map[string]string{
+	"p2s":          "pod to Service to pod: not built yet (Services and NetworkPolicies at scale)",
+	"p2s-replicas": "HTTP through a Service to N replicas: not built yet",
+	"p2p-policies": "pod to pod under many pods and NetworkPolicies: not built yet",
+	"chain":        "service-function chains: not built yet",
+	"vnf":          "packet-forwarding VNF (RFC 2544 search): not built yet",
+}
+
+func newDoctorCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Check root, tools and kernel features (tried for real in a scratch namespace)",
+		Long: `Check what this host can do: root, each tool and its version, and each kernel feature the
+presets use, each tried for real in a scratch network namespace and removed. Exits 1 when
+something a default preset (flannel, calico) needs is missing.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rep := doctor.Run(cmd.Context())
+			fmt.Fprint(cmd.OutOrStdout(), rep.Table())
+			if !rep.OK() {
+				fmt.Fprintln(cmd.ErrOrStderr(), "cnibench: something a default preset needs is missing (REQUIRED yes, STATUS MISSING)")
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+}
+
+func newListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List dataplane presets and scenarios, and which can run on this host (with reasons)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var rep *doctor.Report
+			if os.Geteuid() == 0 {
+				ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
+				r := doctor.Run(ctx)
+				cancel()
+				rep = &r
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "DATAPLANE\tATTACH\tOVERLAY\tPROXY\tPOLICY\tRUNS HERE\tEMULATES / REASON")
+			all := lab.Presets()
+			for _, n := range lab.BaselineNames() {
+				p, _ := lab.Lookup(n)
+				all = append(all, p)
+			}
+			for _, p := range all {
+				ok, why := runsHere(p, rep)
+				yes := "yes"
+				if !ok {
+					yes = "no"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Attach, p.Overlay, p.Proxy, p.Policy, yes, orStr(why, p.Emulates))
+			}
+			fmt.Fprintln(w, "\t\t\t\t\t\t")
+			fmt.Fprintln(w, "SCENARIO\tPROTOCOLS\t\t\t\tRUNS HERE\tDESCRIPTION")
+			for _, n := range scenario.Names() {
+				sc, _ := scenario.Get(n)
+				i := sc.Info()
+				fmt.Fprintf(w, "%s\t%s\t\t\t\tyes\t%s\n", n, strings.Join(i.Protocols, ","), i.Summary)
+			}
+			for _, n := range []string{"p2s", "p2s-replicas", "p2p-policies", "chain", "vnf"} {
+				fmt.Fprintf(w, "%s\t\t\t\t\tno\t%s\n", n, upcoming[n])
+			}
+			if rep == nil {
+				fmt.Fprintln(w, "\t\t\t\t\t\t")
+				fmt.Fprintln(w, "(not root: host capabilities not checked; every lab case needs root)\t\t\t\t\t\t")
+			}
+			return w.Flush()
+		},
+	}
+}
+
+// runsHere says whether a preset can run on this host, and why not.
+func runsHere(p lab.Preset, rep *doctor.Report) (bool, string) {
+	if p.Missing != "" {
+		return false, p.Missing
+	}
+	if rep == nil {
+		return false, "needs root"
+	}
+	for _, need := range p.Needs() {
+		if ok, why := rep.Has(need); !ok {
+			return false, fmt.Sprintf("needs %s: %s", need, why)
+		}
+	}
+	return true, ""
+}
+
+func orStr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

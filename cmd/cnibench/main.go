@@ -1,0 +1,98 @@
+// Command cnibench benchmarks container network data planes.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+// usageError is a user mistake: one line on stderr, exit code 2, host untouched.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// exitError carries an exit code without a message of its own (already printed).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cnibench",
+		Short: "Benchmark container network data planes (pod-to-pod, Services, policies, chains, VNFs)",
+		Long: `cnibench benchmarks container network data planes. On the lab backend (the default) it builds
+a whole cluster from Linux network namespaces on this host, wires pods the way Flannel or
+Calico wire them (with the real CNI reference plugins), and measures pod-to-pod TCP/UDP
+throughput, request/response latency and connection rate next to bare baselines.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usagef("%v (see 'cnibench %s --help')", err, c.Name())
+	})
+	root.AddCommand(newRunCmd(), newListCmd(), newDoctorCmd(), newLabCmd(), newVersionCmd())
+	return root
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the cnibench version",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(cmd.OutOrStdout(), "cnibench %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef("%s takes no arguments, got %q (see 'cnibench %s --help')", cmd.CommandPath(), args[0], cmd.Name())
+	}
+	return nil
+}
+
+func main() {
+	os.Exit(execute(os.Args[1:]))
+}
+
+func execute(args []string) int {
+	root := newRoot()
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	fmt.Fprintf(os.Stderr, "cnibench: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) || isCobraUsage(err) {
+		return 2
+	}
+	return 1
+}
+
+// isCobraUsage recognises cobra's own argument errors (unknown command, bad args).
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires ", "invalid argument"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/doctor"
+	"github.com/cnibench/cnibench/internal/driver"
+	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/plan"
+	"github.com/cnibench/cnibench/internal/report"
+	"github.com/cnibench/cnibench/internal/result"
+	"github.com/cnibench/cnibench/internal/runner"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+// caseFlags are the run flags that are plan keys (same names as in plan files).
+var caseFlags = []struct{ name, help string }{
+	{"scenario", "scenario: baseline, p2p"},
+	{"dataplane", "dataplane presets, comma-separated (e.g. flannel,calico; baseline: bare,node2node)"},
+	{"placement", "placements: intra,inter"},
+	{"protocol", "protocols: tcp,udp,rr,crr,udprr"},
+	{"services", "Service counts to sweep (scenarios with Services)"},
+	{"policies", "NetworkPolicy counts to sweep"},
+	{"pods", "silent pod counts to sweep"},
+	{"replicas", "server replica counts to sweep"},
+	{"proxy", "Service implementations (override the preset's)"},
+	{"policy", "policy engines (override the preset's)"},
+	{"repeat", "trials per case (default 12)"},
+	{"duration", "seconds per trial (default 10)"},
+	{"warmup", "seconds of the warm-up trial the statistics skip; 0 = none (default 2)"},
+	{"cpus", "CLIENT,SERVER CPUs the client and server are pinned to (default 0,1)"},
+	{"mtu", "underlay MTU, 576..9000 (default 1500; pods get it less the overlay overhead)"},
+	{"nodes", "lab nodes (default 2)"},
+}
+
+func newRunCmd() *cobra.Command {
+	var planFile, backend, out, resume, output string
+	vals := map[string]*string{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run a plan (or the cases given by flags) and write results",
+		Long: `Run benchmark cases and write DIR/results.jsonl (each trial as it ends), DIR/summary.json and
+DIR/summary.csv, then print a table with each pod result as a ratio to its baseline.
+
+Examples:
+  cnibench run --plan plans/quick.yaml
+  cnibench run --scenario p2p --dataplane flannel,calico --placement inter --protocol tcp,crr
+  cnibench run --scenario baseline --dataplane bare --protocol tcp --repeat 5 --duration 5
+  cnibench run --resume runs/20261122T071000Z-quick`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			set := map[string]string{}
+			for name, v := range vals {
+				if cmd.Flags().Changed(name) {
+					set[name] = *v
+				}
+			}
+			return runRun(cmd, planFile, set, backend, out, resume, output)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&planFile, "plan", "", "plan file (YAML list of case groups); flags given too override its keys")
+	for _, cf := range caseFlags {
+		vals[cf.name] = f.String(cf.name, "", cf.help)
+	}
+	f.StringVar(&backend, "backend", "lab", "where pods live: lab (network namespaces on this host) or kube")
+	f.StringVar(&out, "out", "", "run directory (default runs/<UTC timestamp>-<plan or scenario>)")
+	f.StringVar(&resume, "resume", "", "finish the run in DIR, skipping trials already recorded")
+	f.StringVar(&output, "output", "table", "what to print at the end: table or json")
+	return cmd
+}
+
+func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend, out, resume, output string) error {
+	if output != "table" && output != "json" {
+		return usagef("--output: unknown format %q (valid: table, json)", output)
+	}
+	if backend == "kube" {
+		return usagef("--backend kube: the kube backend is not built yet; use --backend lab")
+	}
+	if backend != "lab" {
+		return usagef("--backend: unknown backend %q (valid: lab, kube)", backend)
+	}
+	var (
+		cases []result.CaseSpec
+		runID string
+		err   error
+	)
+	if resume != "" {
+		if planFile != "" || len(set) > 0 || out != "" {
+			return usagef("--resume takes no --plan, --out or case flags: the run directory records its cases")
+		}
+		if runID, cases, err = runner.LoadPlan(resume); err != nil {
+			return usageError{err.Error()}
+		}
+		out = resume
+	} else {
+		if cases, runID, err = expandCases(planFile, set, backend); err != nil {
+			return err
+		}
+		if out == "" {
+			out = filepath.Join("runs", runID)
+		} else {
+			runID = filepath.Base(filepath.Clean(out))
+		}
+		if _, err := os.Stat(filepath.Join(out, result.TrialsFile)); err == nil {
+			return usagef("--out %s already holds a run: use --resume %s to finish it, or another --out", out, out)
+		}
+	}
+	if err := preflight(cases); err != nil {
+		return err
+	}
+	if resume == "" {
+		if err := runner.SavePlan(out, runID, cases); err != nil {
+			return err
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	stderr := cmd.ErrOrStderr()
+	tty := false
+	if f, ok := stderr.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	opt := runner.Options{
+		Dir: out, RunID: runID, Environment: environment(os.Args[1:]), Progress: runner.NewProgress(stderr, tty),
+		NewCluster: func(ctx context.Context, k runner.ClusterKey) (cluster.Cluster, error) {
+			return lab.Up(ctx, lab.Config{Prefix: newPrefix(), Dataplane: k.Dataplane, Nodes: k.Nodes, MTU: k.MTU})
+		},
+	}
+	fmt.Fprintf(stderr, "run %s -> %s\n", runID, out)
+	sum, err := runner.Run(ctx, cases, opt)
+	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "interrupted: lab torn down, trials so far kept in %s; finish with: cnibench run --resume %s\n", out, out)
+		return exitError{130}
+	}
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if output == "json" {
+		b, _ := json.MarshalIndent(sum, "", "  ")
+		fmt.Fprintln(w, string(b))
+		return nil
+	}
+	if err := report.Table(w, sum); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nresults: %s (results.jsonl, summary.json, summary.csv)\n", out)
+	return nil
+}
+
+// expandCases turns --plan and the case flags into cases; errors are usage errors.
+func expandCases(planFile string, set map[string]string, backend string) ([]result.CaseSpec, string, error) {
+	cat := catalog()
+	over, err := plan.FromFlags(set)
+	if err != nil {
+		return nil, "", usageError{err.Error()}
+	}
+	var groups []plan.Group
+	name := ""
+	if planFile != "" {
+		if groups, err = plan.Load(planFile); err != nil {
+			return nil, "", usageError{err.Error()}
+		}
+		name = plan.Name(planFile)
+	} else if set["scenario"] == "" {
+		return nil, "", usagef("nothing to run: give --plan FILE or --scenario S (try: cnibench run --plan plans/quick.yaml)")
+	} else {
+		name = set["scenario"]
+	}
+	groups = plan.Merge(groups, over)
+	cases, err := plan.Expand(groups, cat, backend, plan.BuiltinDefaults())
+	if err != nil {
+		return nil, "", usageError{err.Error()}
+	}
+	if len(cases) == 0 {
+		return nil, "", usagef("the plan expands to no cases")
+	}
+	return cases, time.Now().UTC().Format("20060102T150405Z") + "-" + name, nil
+}
+
+// preflight checks, before anything is created, that this host can run the cases: root, the
+// tools they use, and the kernel features of their dataplanes. Failures are usage errors.
+func preflight(cases []result.CaseSpec) error {
+	if os.Geteuid() != 0 {
+		return usagef("the lab backend needs root (it creates network namespaces): run cnibench as root")
+	}
+	tools := map[string]bool{"taskset": true}
+	dps := map[string]bool{}
+	for _, c := range cases {
+		d, err := driver.For(c.Case.Protocol)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		tools[d.Name()] = true
+		if d.Name() == "netperf" {
+			tools["netserver"] = true
+		}
+		dps[c.Case.Dataplane] = true
+	}
+	for t := range tools {
+		if _, err := exec.LookPath(t); err != nil {
+			return usagef("missing tool %s: install it with `make deps` (scripts/install-deps.sh)", t)
+		}
+	}
+	var rep *doctor.Report
+	for dp := range dps {
+		p, err := lab.Lookup(dp)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		if p.Missing != "" {
+			return usagef("dataplane %s is not available: %s (see cnibench list)", dp, p.Missing)
+		}
+		if rep == nil {
+			r := doctor.Run(context.Background())
+			rep = &r
+		}
+		for _, need := range p.Needs() {
+			if ok, why := rep.Has(need); !ok {
+				return usagef("dataplane %s needs %s, which this host lacks: %s (see cnibench doctor)", dp, need, why)
+			}
+		}
+	}
+	return nil
+}
+
+// newPrefix returns a fresh object prefix: "cnb" and 5 random lowercase letters or digits.
+func newPrefix() string {
+	const a = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = a[int(b[i])%len(a)]
+	}
+	return "cnb" + string(b)
+}
+
+var _ = errors.New
+var _ = strings.Join

@@ -1,0 +1,104 @@
+// Package cluster is the seam between scenarios and backends. A scenario is written only
+// against Cluster; the lab backend (network namespaces on one host) and the kube backend (a real
+// Kubernetes cluster) implement it. A capability a backend lacks is reported with an error that
+// wraps ErrUnsupported, which the runner records as "skipped: <reason>".
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrUnsupported marks something a backend or this host cannot do.
+var ErrUnsupported = errors.New("unsupported")
+
+// Unsupported returns an error wrapping ErrUnsupported with a reason for the report.
+func Unsupported(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnsupported, fmt.Sprintf(format, args...))
+}
+
+// Node is a cluster node.
+type Node struct {
+	Name string
+	IP   string // node (underlay) address
+}
+
+// PodSpec asks for a pod on a named node.
+type PodSpec struct {
+	Name        string
+	Node        string
+	Labels      map[string]string
+	HostNetwork bool // share the node's network (baseline node2node)
+}
+
+// Pod is a created pod.
+type Pod struct {
+	Name        string
+	Node        string
+	IP          string
+	HostNetwork bool
+	Labels      map[string]string
+}
+
+// ExecResult is the outcome of a command run to completion in a pod.
+type ExecResult struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int
+}
+
+// Ready tells Start when a server counts as started.
+type Ready struct {
+	TCPPort int // wait until something listens on this TCP port in the pod (0: don't wait)
+}
+
+// Process is a long-running command in a pod.
+type Process interface {
+	// Stop terminates the process (SIGTERM, then SIGKILL) and waits for it.
+	Stop() error
+	// Output returns what the process wrote so far (stdout and stderr).
+	Output() []byte
+}
+
+// CPUSample is cumulative CPU time of a node in clock ticks, as in /proc/stat's "cpu" line.
+type CPUSample struct {
+	User, Nice, System, Idle, IOWait, IRQ, SoftIRQ, Steal uint64
+}
+
+// Total is the sum of all fields.
+func (s CPUSample) Total() uint64 {
+	return s.User + s.Nice + s.System + s.Idle + s.IOWait + s.IRQ + s.SoftIRQ + s.Steal
+}
+
+// Busy returns (busy%, softirq%) of the interval between a and b.
+func Busy(a, b CPUSample) (busyPct, softirqPct float64) {
+	dt := float64(b.Total() - a.Total())
+	if dt <= 0 {
+		return 0, 0
+	}
+	idle := float64((b.Idle + b.IOWait) - (a.Idle + a.IOWait))
+	return 100 * (dt - idle) / dt, 100 * float64(b.SoftIRQ-a.SoftIRQ) / dt
+}
+
+// Cluster is what every backend provides.
+type Cluster interface {
+	// Backend is "lab" or "kube".
+	Backend() string
+	Nodes(ctx context.Context) ([]Node, error)
+	// CreatePod creates a pod on spec.Node and returns it once it has an IP.
+	CreatePod(ctx context.Context, spec PodSpec) (Pod, error)
+	DeletePod(ctx context.Context, name string) error
+	// BarePair creates two pods joined by nothing but one veth pair (baseline "bare").
+	BarePair(ctx context.Context, client, server string) (Pod, Pod, error)
+	// Exec runs argv in the pod to completion. A non-zero exit is not an error: see ExitCode.
+	Exec(ctx context.Context, pod string, argv []string) (ExecResult, error)
+	// Start starts a long-running argv in the pod and waits until it is ready.
+	Start(ctx context.Context, pod string, argv []string, ready Ready) (Process, error)
+	// NodeCPU samples the node's cumulative CPU time.
+	NodeCPU(ctx context.Context, node string) (CPUSample, error)
+	// Info describes the data plane for the run's environment record (MTU, overlay, ...).
+	Info() map[string]any
+	// Close removes everything the cluster object created.
+	Close(ctx context.Context) error
+}

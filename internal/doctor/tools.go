@@ -1,0 +1,133 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+const cmdTimeout = 5 * time.Second
+
+var tools = []struct {
+	name     string
+	args     []string
+	required bool
+}{
+	{"iperf3", []string{"--version"}, true},
+	{"netperf", []string{"-V"}, true},
+	{"netserver", []string{"-V"}, true},
+	{"ip", []string{"-V"}, true},
+	{"nsenter", []string{"--version"}, true},
+	{"taskset", []string{"--version"}, true},
+	{"nft", []string{"--version"}, false},
+	{"iptables", []string{"--version"}, false},
+	{"iptables-legacy", []string{"--version"}, false},
+	{"ipset", []string{"--version"}, false},
+	{"tcpdump", []string{"--version"}, false},
+}
+
+// cniPlugins are the reference plugins the default presets use.
+var cniPlugins = []string{"bridge", "ptp", "host-local"}
+
+// cniDirs returns the directories searched for CNI plugins.
+func cniDirs() []string {
+	dirs := filepath.SplitList(os.Getenv("CNI_PATH"))
+	return append(dirs, "/usr/lib/cni", "/opt/cni/bin")
+}
+
+func toolChecks(ctx context.Context) []Check {
+	var cs []Check
+	for _, t := range tools {
+		c := Check{Name: "tool " + t.name, Kind: "tool", Required: t.required}
+		if path, err := lookTool(t.name); err != nil {
+			c.Detail = err.Error()
+		} else if out, err := run(ctx, "", nil, path, t.args...); err != nil {
+			c.Detail = fmt.Sprintf("%s: %v", path, err)
+		} else {
+			c.OK, c.Detail = true, oneLine(out)
+		}
+		cs = append(cs, c)
+	}
+	for _, p := range cniPlugins {
+		c := Check{Name: "cni " + p, Kind: "tool", Required: true}
+		c.OK, c.Detail = cniVersion(ctx, p)
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// cniVersion finds plugin in the CNI directories and asks it for the spec
+// versions it supports.
+func cniVersion(ctx context.Context, plugin string) (bool, string) {
+	for _, dir := range cniDirs() {
+		path := filepath.Join(dir, plugin)
+		if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			continue
+		}
+		out, err := run(ctx, `{"cniVersion":"1.0.0"}`, []string{"CNI_COMMAND=VERSION"}, path)
+		if err != nil {
+			return false, fmt.Sprintf("%s: VERSION: %v", path, err)
+		}
+		var v struct {
+			CNIVersion        string   `json:"cniVersion"`
+			SupportedVersions []string `json:"supportedVersions"`
+		}
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			return false, fmt.Sprintf("%s: VERSION: bad output: %v", path, err)
+		}
+		return true, fmt.Sprintf("%s (CNI %s; supports %s)", dir, v.CNIVersion, strings.Join(v.SupportedVersions, ","))
+	}
+	return false, fmt.Sprintf("not found in %s", strings.Join(cniDirs(), ", "))
+}
+
+// lookTool finds an executable in PATH or the usual sbin directories, which
+// are often missing from PATH of non-login shells.
+func lookTool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range []string{"/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin", "/bin"} {
+		if p, err := exec.LookPath(filepath.Join(d, name)); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found in PATH", name)
+}
+
+// run executes path with args (no shell) under a short timeout and returns
+// its stdout, or an error naming the first line of stderr.
+func run(ctx context.Context, stdin string, env []string, path string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, cmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.WaitDelay = time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		return "", fmt.Errorf("killed: %w", ctx.Err())
+	}
+	if err != nil {
+		if msg := oneLine(stderr.String()); msg != "" {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return "", errors.New(msg)
+			}
+			return "", fmt.Errorf("%v: %s", err, msg)
+		}
+		return "", err
+	}
+	if stdout.Len() == 0 { // some tools print their version on stderr
+		return stderr.String(), nil
+	}
+	return stdout.String(), nil
+}

@@ -1,0 +1,104 @@
+// Package driver holds the measurement-tool drivers (iperf3 and netperf). A driver only
+// builds argv and parses output; it never executes anything itself.
+package driver
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Spec describes one trial.
+type Spec struct {
+	Protocol  string // "tcp", "udp" (iperf3 streams), "rr", "crr", "udprr" (netperf TCP_RR, TCP_CRR, UDP_RR)
+	Target    string // server IP
+	Port      int    // control port of the server (iperf3 -p / netperf -p); 0 = ServerPort(tool)
+	DataPort  int    // netperf only: fixed remote data port (test option -P ,DATAPORT); 0 = netperf chooses
+	DurationS int    // seconds (iperf3 -t / netperf -l); 0 = DefaultDurationS
+	MSS       int    // tcp only: iperf3 -M; 0 = DefaultLen
+	UDPLen    int    // udp only: iperf3 -l; 0 = DefaultLen
+}
+
+// Metrics maps metric names (which carry their unit, e.g. "throughput_bps") to values.
+type Metrics map[string]float64
+
+// Driver builds the argv of one measurement tool and parses its output.
+type Driver interface {
+	Name() string                    // "iperf3" or "netperf"
+	ServerCommand(port int) []string // long-running foreground server; port 0 = ServerPort(Name())
+	// Command is the client argv for s; nil if the driver does not handle s.Protocol
+	// (For never returns such a pairing).
+	Command(s Spec) []string
+	Parse(out []byte, s Spec) (Metrics, error)
+}
+
+const (
+	// DefaultDurationS replaces a zero Spec.DurationS: iperf3 -t 0 would run forever.
+	DefaultDurationS = 10
+	// DefaultLen is the default TCP MSS and UDP datagram length: a 1500-byte MTU minus
+	// IPv4/TCP headers with timestamps, so that TCP and UDP carry the same payload size.
+	DefaultLen = 1448
+)
+
+var protocols = []string{"tcp", "udp", "rr", "crr", "udprr"}
+
+// Protocols returns the valid protocol names in order.
+func Protocols() []string { return append([]string(nil), protocols...) }
+
+// For returns the driver measuring protocol.
+func For(protocol string) (Driver, error) {
+	switch protocol {
+	case "tcp", "udp":
+		return iperf3{}, nil
+	case "rr", "crr", "udprr":
+		return netperf{}, nil
+	}
+	return nil, fmt.Errorf("unknown protocol %q (valid: %s)", protocol, strings.Join(protocols, ", "))
+}
+
+// ServerPort returns the default control port of tool ("iperf3", "netperf" or "netserver"),
+// or 0 for an unknown tool.
+func ServerPort(tool string) int {
+	switch tool {
+	case "iperf3":
+		return 5201
+	case "netperf", "netserver":
+		return 12865
+	}
+	return 0
+}
+
+var versionRE = map[string]*regexp.Regexp{
+	"iperf3":    regexp.MustCompile(`iperf\s+(\d+\.\d+\S*)`),      // "iperf 3.12 (cJSON 1.7.15)"
+	"netperf":   regexp.MustCompile(`[Vv]ersion\s+(\d+\.\d+\S*)`), // "Netperf version 2.7.0"
+	"netserver": regexp.MustCompile(`[Vv]ersion\s+(\d+\.\d+\S*)`),
+}
+
+// Version extracts the version string from `iperf3 --version` or `netperf -V` output;
+// "" if it cannot be found.
+func Version(tool string, out []byte) string {
+	re, ok := versionRE[tool]
+	if !ok {
+		return ""
+	}
+	if m := re.FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
+func orDefault(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// excerpt shortens tool output for an error message.
+func excerpt(out []byte) string {
+	s := strings.Join(strings.Fields(string(out)), " ")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}

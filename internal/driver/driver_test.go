@@ -1,0 +1,281 @@
+package driver
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func readTestdata(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func parse(t *testing.T, protocol string, out []byte) (Metrics, error) {
+	t.Helper()
+	d, err := For(protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Parse(out, Spec{Protocol: protocol, Target: "127.0.0.1"})
+}
+
+func assertMetrics(t *testing.T, got, want Metrics) {
+	t.Helper()
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("missing %s", k)
+		} else if math.Abs(g-w) > 1e-9*math.Max(1, math.Abs(w)) {
+			t.Errorf("%s = %v, want %v", k, g, w)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected metric %s = %v", k, got[k])
+		}
+	}
+}
+
+// The wanted values below are copied by hand from the files in testdata.
+
+func TestParseIperf3TCP(t *testing.T) {
+	m, err := parse(t, "tcp", readTestdata(t, "iperf3_tcp.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertMetrics(t, m, Metrics{
+		"throughput_bps": 18156195652.152176, // end.sum_received
+		"sent_bps":       18156940026.398945, // end.sum_sent
+		"retransmits":    11563,
+		"cpu_client_pct": 76.423496023107447,
+		"cpu_server_pct": 69.362266961969,
+		"rtt_mean_us":    149,
+	})
+}
+
+func TestParseIperf3UDP(t *testing.T) {
+	out := readTestdata(t, "iperf3_udp.json")
+	m, err := parse(t, "udp", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Metrics{
+		"throughput_bps": 1969400176.4889693, // end.sum_received, not end.sum (1984765841.8319263)
+		"offered_bps":    1984765841.8319263,
+		"loss_pct":       0.76981440410878954,
+		"lost_packets":   2638,
+		"packets":        342680,
+		"jitter_ms":      0.004323593065662967,
+		"cpu_client_pct": 99.501046088887065,
+		"cpu_server_pct": 69.049754616686059,
+	}
+	assertMetrics(t, m, want)
+
+	// Without end.sum_received (older iperf3) the receiver rate is derived from end.sum:
+	// (342680-2638) datagrams * 1448 bytes * 8 / 2.000125 s, the same figure.
+	var doc map[string]any
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc["end"].(map[string]any), "sum_received")
+	old, _ := json.Marshal(doc)
+	m, err = parse(t, "udp", old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertMetrics(t, m, want)
+}
+
+func TestParseIperf3Errors(t *testing.T) {
+	udp := readTestdata(t, "iperf3_udp.json")
+	for _, tc := range []struct {
+		name, protocol, out, want string
+	}{
+		{"refused", "tcp", string(readTestdata(t, "iperf3_refused.json")), "iperf3: unable to connect to server: Connection refused"},
+		{"empty", "tcp", " \n", "empty output"},
+		{"text", "udp", "iperf3: error - unable to connect to server", "no JSON"},
+		{"truncated", "udp", string(udp[:len(udp)/2]), "truncated"},
+		{"wrong protocol", "tcp", string(udp), "UDP test"},
+		{"no sums", "tcp", `{"start":{},"end":{}}`, "lacks"},
+	} {
+		_, err := parse(t, tc.protocol, []byte(tc.out))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want it to contain %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestParseNetperf(t *testing.T) {
+	for _, tc := range []struct {
+		protocol, file string
+		want           Metrics
+	}{
+		{"rr", "netperf_tcp_rr.txt", Metrics{
+			"transactions_per_s": 6590.708, "latency_min_us": 16, "latency_mean_us": 151.50,
+			"latency_p50_us": 126, "latency_p90_us": 204, "latency_p99_us": 507, "latency_max_us": 4044,
+			"cpu_client_pct": 44.40, "cpu_server_pct": 44.40}},
+		{"crr", "netperf_tcp_crr.txt", Metrics{
+			"transactions_per_s": 6010.522, "latency_min_us": 97, "latency_mean_us": 166.12,
+			"latency_p50_us": 156, "latency_p90_us": 197, "latency_p99_us": 359, "latency_max_us": 4388,
+			"cpu_client_pct": 53.41, "cpu_server_pct": 54.43}},
+		{"udprr", "netperf_udp_rr.txt", Metrics{
+			"transactions_per_s": 8517.232, "latency_min_us": 13, "latency_mean_us": 117.16,
+			"latency_p50_us": 111, "latency_p90_us": 136, "latency_p99_us": 313, "latency_max_us": 3808,
+			"cpu_client_pct": 31.82, "cpu_server_pct": 31.82}},
+	} {
+		t.Run(tc.protocol, func(t *testing.T) {
+			m, err := parse(t, tc.protocol, readTestdata(t, tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertMetrics(t, m, tc.want)
+		})
+	}
+}
+
+func TestParseNetperfCPUUnmeasured(t *testing.T) {
+	out := strings.NewReplacer("LOCAL_CPU_UTIL=44.40", "LOCAL_CPU_UTIL=-1.00",
+		"REMOTE_CPU_UTIL=44.40", "REMOTE_CPU_UTIL=499.41").Replace(string(readTestdata(t, "netperf_tcp_rr.txt")))
+	m, err := parse(t, "rr", []byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m["cpu_client_pct"]; ok {
+		t.Error("cpu_client_pct reported for LOCAL_CPU_UTIL=-1.00")
+	}
+	if _, ok := m["cpu_server_pct"]; ok {
+		t.Error("cpu_server_pct reported for REMOTE_CPU_UTIL=499.41")
+	}
+	if m["transactions_per_s"] != 6590.708 {
+		t.Errorf("transactions_per_s = %v", m["transactions_per_s"])
+	}
+}
+
+func TestParseNetperfErrors(t *testing.T) {
+	rr := string(readTestdata(t, "netperf_tcp_rr.txt"))
+	for _, tc := range []struct {
+		name, protocol, out, want string
+	}{
+		{"no server", "rr", string(readTestdata(t, "netperf_noserver.txt")), "are you sure there is a netserver listening on 127.0.0.1 at port 42999"},
+		{"empty", "rr", "", "empty output"},
+		{"truncated", "rr", rr[:strings.Index(rr, "P90_LATENCY")], "lacks P90_LATENCY"},
+		{"bad value", "rr", strings.Replace(rr, "TRANSACTION_RATE=6590.708", "TRANSACTION_RATE=x", 1), "bad TRANSACTION_RATE"},
+		{"protocol", "tcp", rr, "unsupported protocol"},
+	} {
+		_, err := netperf{}.Parse([]byte(tc.out), Spec{Protocol: tc.protocol})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want it to contain %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCommands(t *testing.T) {
+	const sel = "THROUGHPUT,THROUGHPUT_UNITS,TRANSACTION_RATE,MIN_LATENCY,MEAN_LATENCY,P50_LATENCY,P90_LATENCY,P99_LATENCY,MAX_LATENCY,LOCAL_CPU_UTIL,REMOTE_CPU_UTIL"
+	for _, tc := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{Protocol: "tcp", Target: "10.0.0.2", DurationS: 30},
+			"iperf3 -c 10.0.0.2 -p 5201 -t 30 -J -N -Z -M 1448"},
+		{Spec{Protocol: "tcp", Target: "10.0.0.2", Port: 6000, DurationS: 5, MSS: 1400},
+			"iperf3 -c 10.0.0.2 -p 6000 -t 5 -J -N -Z -M 1400"},
+		{Spec{Protocol: "udp", Target: "10.0.0.2", DurationS: 30, MSS: 9000},
+			"iperf3 -c 10.0.0.2 -p 5201 -t 30 -J -u -b 0 -l 1448"},
+		{Spec{Protocol: "udp", Target: "10.0.0.2", Port: 6000, UDPLen: 512},
+			"iperf3 -c 10.0.0.2 -p 6000 -t 10 -J -u -b 0 -l 512"},
+		{Spec{Protocol: "rr", Target: "10.0.0.2", DurationS: 30},
+			"netperf -H 10.0.0.2 -p 12865 -t TCP_RR -l 30 -j -c -C -- -k " + sel},
+		{Spec{Protocol: "crr", Target: "10.0.0.2", Port: 7000, DataPort: 7001, DurationS: 30},
+			"netperf -H 10.0.0.2 -p 7000 -t TCP_CRR -l 30 -j -c -C -- -P ,7001 -k " + sel},
+		{Spec{Protocol: "udprr", Target: "10.0.0.2"},
+			"netperf -H 10.0.0.2 -p 12865 -t UDP_RR -l 10 -j -c -C -- -k " + sel},
+	} {
+		d, err := For(tc.spec.Protocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(d.Command(tc.spec), " "); got != tc.want {
+			t.Errorf("%+v:\n got %s\nwant %s", tc.spec, got, tc.want)
+		}
+	}
+	if got := (iperf3{}).Command(Spec{Protocol: "rr"}); got != nil {
+		t.Errorf("iperf3 rr command = %q, want nil", got)
+	}
+	if got := (netperf{}).Command(Spec{Protocol: "tcp"}); got != nil {
+		t.Errorf("netperf tcp command = %q, want nil", got)
+	}
+}
+
+func TestServerCommands(t *testing.T) {
+	for _, tc := range []struct {
+		d    Driver
+		port int
+		want string
+	}{
+		{iperf3{}, 0, "iperf3 -s -p 5201"},
+		{iperf3{}, 6000, "iperf3 -s -p 6000"},
+		{netperf{}, 0, "netserver -D -p 12865"},
+		{netperf{}, 7000, "netserver -D -p 7000"},
+	} {
+		if got := strings.Join(tc.d.ServerCommand(tc.port), " "); got != tc.want {
+			t.Errorf("%s.ServerCommand(%d) = %q, want %q", tc.d.Name(), tc.port, got, tc.want)
+		}
+	}
+}
+
+func TestFor(t *testing.T) {
+	want := map[string]string{"tcp": "iperf3", "udp": "iperf3", "rr": "netperf", "crr": "netperf", "udprr": "netperf"}
+	if got := Protocols(); !reflect.DeepEqual(got, []string{"tcp", "udp", "rr", "crr", "udprr"}) {
+		t.Errorf("Protocols() = %v", got)
+	}
+	for _, p := range Protocols() {
+		d, err := For(p)
+		if err != nil || d.Name() != want[p] {
+			t.Errorf("For(%q) = %v, %v; want %s", p, d, err, want[p])
+		}
+	}
+	for _, p := range []string{"", "TCP", "sctp"} {
+		_, err := For(p)
+		if err == nil || !strings.Contains(err.Error(), "tcp, udp, rr, crr, udprr") {
+			t.Errorf("For(%q) error = %v, want one naming the valid protocols", p, err)
+		}
+	}
+	Protocols()[0] = "changed"
+	if Protocols()[0] != "tcp" {
+		t.Error("Protocols() exposes its backing array")
+	}
+}
+
+func TestServerPort(t *testing.T) {
+	for tool, want := range map[string]int{"iperf3": 5201, "netperf": 12865, "netserver": 12865, "ping": 0} {
+		if got := ServerPort(tool); got != want {
+			t.Errorf("ServerPort(%q) = %d, want %d", tool, got, want)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, tc := range []struct{ tool, out, want string }{
+		{"iperf3", "iperf 3.12 (cJSON 1.7.15)\nLinux vm 6.18.44-fc-v595 #1 SMP PREEMPT_DYNAMIC @0 x86_64\nOptional features available: CPU affinity setting\n", "3.12"},
+		{"iperf3", "iperf 3.9 (cJSON 1.7.13)\n", "3.9"},
+		{"iperf3", "iperf 3.17.1 (cJSON 1.7.15)\n", "3.17.1"},
+		{"netperf", "Netperf version 2.7.0\n", "2.7.0"},
+		{"netserver", "Netperf version 2.7.0\n", "2.7.0"},
+		{"netperf", "netperf: command not found\n", ""},
+		{"iperf3", "", ""},
+		{"ping", "ping version 1.0", ""},
+	} {
+		if got := Version(tc.tool, []byte(tc.out)); got != tc.want {
+			t.Errorf("Version(%q, %q) = %q, want %q", tc.tool, tc.out, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package driver
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// iperf3 drives iperf3 (tested with 3.12) for the "tcp" and "udp" protocols.
+type iperf3 struct{}
+
+func (iperf3) Name() string { return "iperf3" }
+
+func (iperf3) ServerCommand(port int) []string {
+	return []string{"iperf3", "-s", "-p", strconv.Itoa(orDefault(port, ServerPort("iperf3")))}
+}
+
+func (iperf3) Command(s Spec) []string {
+	argv := []string{"iperf3", "-c", s.Target,
+		"-p", strconv.Itoa(orDefault(s.Port, ServerPort("iperf3"))),
+		"-t", strconv.Itoa(orDefault(s.DurationS, DefaultDurationS)), "-J"}
+	switch s.Protocol {
+	case "tcp":
+		return append(argv, "-N", "-Z", "-M", strconv.Itoa(orDefault(s.MSS, DefaultLen)))
+	case "udp":
+		// --get-server-output is not needed: 3.12 puts the receiver's figures in end.sum_received.
+		return append(argv, "-u", "-b", "0", "-l", strconv.Itoa(orDefault(s.UDPLen, DefaultLen)))
+	}
+	return nil
+}
+
+// iperfSum is one of the end.sum* objects of iperf3 -J output.
+type iperfSum struct {
+	Seconds       float64  `json:"seconds"`
+	Bytes         float64  `json:"bytes"`
+	BitsPerSecond float64  `json:"bits_per_second"`
+	Retransmits   *float64 `json:"retransmits"` // tcp sender only
+	JitterMs      float64  `json:"jitter_ms"`   // udp
+	LostPackets   float64  `json:"lost_packets"`
+	Packets       float64  `json:"packets"`
+	LostPercent   float64  `json:"lost_percent"`
+}
+
+type iperfOutput struct {
+	Error string `json:"error"`
+	Start struct {
+		TestStart struct {
+			Protocol string `json:"protocol"`
+			Blksize  int    `json:"blksize"`
+		} `json:"test_start"`
+	} `json:"start"`
+	End struct {
+		Streams []struct {
+			Sender *struct {
+				MeanRTT *float64 `json:"mean_rtt"` // microseconds, Linux only
+			} `json:"sender"`
+		} `json:"streams"`
+		Sum         *iperfSum `json:"sum"`
+		SumSent     *iperfSum `json:"sum_sent"`
+		SumReceived *iperfSum `json:"sum_received"`
+		CPU         *struct {
+			HostTotal   float64 `json:"host_total"`
+			RemoteTotal float64 `json:"remote_total"`
+		} `json:"cpu_utilization_percent"`
+	} `json:"end"`
+}
+
+// Parse reads iperf3 -J output. Note that iperf3 3.12 exits 0 even when it reports an
+// "error" (e.g. connection refused), so the output is the only reliable failure signal.
+func (iperf3) Parse(out []byte, s Spec) (Metrics, error) {
+	i := bytes.IndexByte(out, '{') // skip anything printed before the JSON document
+	if i < 0 {
+		if len(bytes.TrimSpace(out)) == 0 {
+			return nil, errors.New("iperf3: empty output")
+		}
+		return nil, fmt.Errorf("iperf3: no JSON in output: %s", excerpt(out))
+	}
+	var r iperfOutput
+	if err := json.NewDecoder(bytes.NewReader(out[i:])).Decode(&r); err != nil {
+		return nil, fmt.Errorf("iperf3: bad JSON output (truncated?): %v", err)
+	}
+	if r.Error != "" {
+		return nil, fmt.Errorf("iperf3: %s", r.Error)
+	}
+	if p := r.Start.TestStart.Protocol; p != "" && !strings.EqualFold(p, s.Protocol) {
+		return nil, fmt.Errorf("iperf3: output is a %s test, want %s", p, s.Protocol)
+	}
+	m := Metrics{}
+	if c := r.End.CPU; c != nil {
+		m["cpu_client_pct"] = c.HostTotal
+		m["cpu_server_pct"] = c.RemoteTotal
+	}
+	switch s.Protocol {
+	case "tcp":
+		sent, recv := r.End.SumSent, r.End.SumReceived
+		if sent == nil || recv == nil {
+			return nil, errors.New("iperf3: output lacks end.sum_sent/end.sum_received")
+		}
+		m["throughput_bps"] = recv.BitsPerSecond
+		m["sent_bps"] = sent.BitsPerSecond
+		if sent.Retransmits != nil {
+			m["retransmits"] = *sent.Retransmits
+		}
+		var rtt float64
+		var n int
+		for _, st := range r.End.Streams {
+			if st.Sender != nil && st.Sender.MeanRTT != nil {
+				rtt += *st.Sender.MeanRTT
+				n++
+			}
+		}
+		if n > 0 {
+			m["rtt_mean_us"] = rtt / float64(n)
+		}
+	case "udp":
+		// In UDP output end.sum (like end.streams[].udp) is a hybrid: bytes and
+		// bits_per_second are the sender's (the offered load) while jitter and loss are the
+		// receiver's. end.sum_received holds the receiver's bytes and rate.
+		sum, recv := r.End.Sum, r.End.SumReceived
+		if sum == nil {
+			return nil, errors.New("iperf3: output lacks end.sum")
+		}
+		offered := sum.BitsPerSecond
+		if r.End.SumSent != nil {
+			offered = r.End.SumSent.BitsPerSecond
+		}
+		if recv == nil {
+			// Older iperf3 without end.sum_received: the receiver got (packets - lost)
+			// datagrams of blksize bytes during sum.seconds (the receiver's duration).
+			if sum.Seconds <= 0 || r.Start.TestStart.Blksize <= 0 {
+				return nil, errors.New("iperf3: output lacks end.sum_received and the data to derive it")
+			}
+			got := *sum
+			got.BitsPerSecond = (sum.Packets - sum.LostPackets) * float64(r.Start.TestStart.Blksize) * 8 / sum.Seconds
+			recv = &got
+		}
+		m["throughput_bps"] = recv.BitsPerSecond
+		m["offered_bps"] = offered
+		m["loss_pct"] = recv.LostPercent
+		m["lost_packets"] = recv.LostPackets
+		m["packets"] = recv.Packets
+		m["jitter_ms"] = recv.JitterMs
+	default:
+		return nil, fmt.Errorf("iperf3: unsupported protocol %q", s.Protocol)
+	}
+	return m, nil
+}

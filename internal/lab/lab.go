@@ -1,0 +1,318 @@
+// Package lab is the lab backend: a whole cluster built from Linux network namespaces on one
+// host. A fabric namespace holds the underlay bridge; every node is a namespace with one
+// underlay address; every pod is a namespace attached by the real CNI reference plugins, the way
+// a kubelet attaches it. Everything carries the run's prefix; the root network namespace is never
+// reconfigured (links are created directly inside the lab's namespaces).
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+)
+
+// StateRoot holds per-lab state (IPAM allocations, CNI cache); removed with the lab.
+const StateRoot = "/run/cnibench"
+
+// Config describes a lab.
+type Config struct {
+	Prefix       string // every object's name starts with it; see ValidPrefix
+	Dataplane    string // preset or baseline name
+	Nodes        int    // default 2
+	MTU          int    // underlay MTU, default 1500
+	ClusterCIDR  string // default 10.244.0.0/16; node i gets the i-th /24
+	UnderlayCIDR string // default 172.30.0.0/24
+	CNIPath      []string
+}
+
+var prefixRe = regexp.MustCompile(`^cnb[a-z0-9]{1,8}$`)
+
+// ValidPrefix checks a prefix: "cnb" and up to 8 lowercase letters or digits, so names stay
+// within the kernel's 15-character interface limit and `lab clean` can recognise them.
+func ValidPrefix(p string) error {
+	if !prefixRe.MatchString(p) {
+		return fmt.Errorf("invalid prefix %q: want \"cnb\" followed by 1-8 lowercase letters or digits", p)
+	}
+	return nil
+}
+
+func (c *Config) defaults() error {
+	if c.Nodes == 0 {
+		c.Nodes = 2
+	}
+	if c.MTU == 0 {
+		c.MTU = 1500
+	}
+	if c.ClusterCIDR == "" {
+		c.ClusterCIDR = "10.244.0.0/16"
+	}
+	if c.UnderlayCIDR == "" {
+		c.UnderlayCIDR = "172.30.0.0/24"
+	}
+	if len(c.CNIPath) == 0 {
+		c.CNIPath = []string{"/usr/lib/cni", "/opt/cni/bin"}
+	}
+	if err := ValidPrefix(c.Prefix); err != nil {
+		return err
+	}
+	if c.Nodes < 1 || c.Nodes > 64 {
+		return fmt.Errorf("nodes %d out of range (1..64)", c.Nodes)
+	}
+	if c.MTU < 576 || c.MTU > 9000 {
+		return fmt.Errorf("mtu %d out of range (576..9000)", c.MTU)
+	}
+	_, cc, err := net.ParseCIDR(c.ClusterCIDR)
+	if err != nil || cc.IP.To4() == nil {
+		return fmt.Errorf("cluster CIDR %q is not an IPv4 CIDR (e.g. 10.244.0.0/16)", c.ClusterCIDR)
+	}
+	if ones, _ := cc.Mask.Size(); ones > 24-bitsFor(c.Nodes) {
+		return fmt.Errorf("cluster CIDR %s too small for %d nodes with a /24 each", c.ClusterCIDR, c.Nodes)
+	}
+	_, uc, err := net.ParseCIDR(c.UnderlayCIDR)
+	if err != nil || uc.IP.To4() == nil {
+		return fmt.Errorf("underlay CIDR %q is not an IPv4 CIDR (e.g. 172.30.0.0/24)", c.UnderlayCIDR)
+	}
+	if ones, _ := uc.Mask.Size(); ones > 24 {
+		return fmt.Errorf("underlay CIDR %s: want /24 or larger", c.UnderlayCIDR)
+	}
+	if cc.Contains(uc.IP) || uc.Contains(cc.IP) {
+		return fmt.Errorf("underlay CIDR %s overlaps cluster CIDR %s", c.UnderlayCIDR, c.ClusterCIDR)
+	}
+	return nil
+}
+
+func bitsFor(n int) int {
+	b := 0
+	for (1 << b) < n {
+		b++
+	}
+	return b
+}
+
+// node is one lab node.
+type node struct {
+	name    string // cluster node name: node0, node1, ...
+	ns      string // namespace name
+	ip      net.IP // underlay address
+	podCIDR *net.IPNet
+	vtepMAC net.HardwareAddr
+}
+
+// pod is one lab pod.
+type pod struct {
+	cluster.Pod
+	ns       string // namespace (the node's for host-network pods)
+	attached bool   // attached through CNI (needs CNI DEL)
+}
+
+// Lab is a running lab cluster; it implements cluster.Cluster.
+type Lab struct {
+	cfg    Config
+	preset Preset
+	fabric string
+	nodes  []*node
+	gw     net.IP // underlay gateway address (on the fabric bridge)
+	ulMask net.IPMask
+
+	mu    sync.Mutex
+	pods  map[string]*pod
+	procs map[*proc]bool
+	bare  int
+}
+
+var _ cluster.Cluster = (*Lab)(nil)
+
+// StateDir is the lab's state directory.
+func (l *Lab) StateDir() string { return filepath.Join(StateRoot, l.cfg.Prefix) }
+
+// Prefix returns the lab's prefix.
+func (l *Lab) Prefix() string { return l.cfg.Prefix }
+
+// Preset returns the lab's data plane.
+func (l *Lab) Preset() Preset { return l.preset }
+
+// PodMTU is the MTU pods get: the underlay MTU less the overlay overhead.
+func (l *Lab) PodMTU() int { return l.cfg.MTU - l.preset.Overhead() }
+
+// Up builds a lab. On error everything created so far is removed.
+func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	p, err := Lookup(cfg.Dataplane)
+	if err != nil {
+		return nil, err
+	}
+	if p.Missing != "" {
+		return nil, cluster.Unsupported("dataplane %s: %s", p.Name, p.Missing)
+	}
+	if cfg.MTU-p.Overhead() < 576 {
+		return nil, fmt.Errorf("mtu %d leaves pods below 576 bytes after %d bytes of %s overhead", cfg.MTU, p.Overhead(), p.Overlay)
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the lab backend needs root (network namespaces): run as root")
+	}
+	l = &Lab{cfg: cfg, preset: p, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}}
+	defer func() {
+		if err != nil {
+			_ = l.Close(context.Background())
+			l = nil
+		}
+	}()
+	if err := os.MkdirAll(l.StateDir(), 0o755); err != nil {
+		return nil, err
+	}
+	if err := l.buildUnderlay(); err != nil {
+		return nil, err
+	}
+	if p.Attach == "bridge" || p.Attach == "routed" {
+		if err := l.buildPodNetwork(); err != nil {
+			return nil, err
+		}
+	}
+	return l, ctx.Err()
+}
+
+// Backend implements cluster.Cluster.
+func (l *Lab) Backend() string { return "lab" }
+
+// Nodes implements cluster.Cluster.
+func (l *Lab) Nodes(ctx context.Context) ([]cluster.Node, error) {
+	var out []cluster.Node
+	for _, n := range l.nodes {
+		out = append(out, cluster.Node{Name: n.name, IP: n.ip.String()})
+	}
+	return out, nil
+}
+
+func (l *Lab) node(name string) (*node, error) {
+	for _, n := range l.nodes {
+		if n.name == name {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("no node %q in this lab", name)
+}
+
+func (l *Lab) pod(name string) (*pod, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, ok := l.pods[name]
+	if !ok {
+		return nil, fmt.Errorf("no pod %q in this lab", name)
+	}
+	return p, nil
+}
+
+// PodNS returns the namespace name a pod's processes run in (for tests and tools).
+func (l *Lab) PodNS(name string) (string, error) {
+	p, err := l.pod(name)
+	if err != nil {
+		return "", err
+	}
+	return p.ns, nil
+}
+
+// NodeNS returns a node's namespace name.
+func (l *Lab) NodeNS(name string) (string, error) {
+	n, err := l.node(name)
+	if err != nil {
+		return "", err
+	}
+	return n.ns, nil
+}
+
+// FabricNS returns the underlay namespace name.
+func (l *Lab) FabricNS() string { return l.fabric }
+
+var podNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
+
+// CreatePod implements cluster.Cluster.
+func (l *Lab) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod, error) {
+	if !podNameRe.MatchString(spec.Name) {
+		return cluster.Pod{}, fmt.Errorf("invalid pod name %q: lowercase letters, digits and '-', at most 40", spec.Name)
+	}
+	n, err := l.node(spec.Node)
+	if err != nil {
+		return cluster.Pod{}, err
+	}
+	l.mu.Lock()
+	if _, dup := l.pods[spec.Name]; dup {
+		l.mu.Unlock()
+		return cluster.Pod{}, fmt.Errorf("pod %q already exists", spec.Name)
+	}
+	p := &pod{Pod: cluster.Pod{Name: spec.Name, Node: n.name, Labels: spec.Labels, HostNetwork: spec.HostNetwork}}
+	l.pods[spec.Name] = p // reserve the name
+	l.mu.Unlock()
+	if spec.HostNetwork {
+		p.ns, p.IP = n.ns, n.ip.String()
+		return p.Pod, nil
+	}
+	if l.preset.Attach != "bridge" && l.preset.Attach != "routed" {
+		l.forget(spec.Name)
+		return cluster.Pod{}, cluster.Unsupported("dataplane %s has no pod network (host-network pods only)", l.preset.Name)
+	}
+	p.ns = l.cfg.Prefix + "-p-" + spec.Name
+	if err := createNS(p.ns); err != nil {
+		l.forget(spec.Name)
+		return cluster.Pod{}, err
+	}
+	ip, err := l.attach(ctx, n, p.ns)
+	if err != nil {
+		_ = l.detach(ctx, n, p.ns)
+		_ = deleteNS(p.ns)
+		l.forget(spec.Name)
+		return cluster.Pod{}, fmt.Errorf("attach pod %s on %s: %w", spec.Name, n.name, err)
+	}
+	p.IP, p.attached = ip.String(), true
+	return p.Pod, nil
+}
+
+func (l *Lab) forget(name string) {
+	l.mu.Lock()
+	delete(l.pods, name)
+	l.mu.Unlock()
+}
+
+// DeletePod implements cluster.Cluster: stops the pod's processes, releases its address
+// through CNI DEL and removes its namespace.
+func (l *Lab) DeletePod(ctx context.Context, name string) error {
+	p, err := l.pod(name)
+	if err != nil {
+		return err
+	}
+	l.stopProcs(p.Name)
+	var errs []error
+	if p.attached {
+		n, _ := l.node(p.Node)
+		errs = append(errs, l.detach(ctx, n, p.ns))
+	}
+	if !p.HostNetwork {
+		errs = append(errs, killNSProcs(p.ns), deleteNS(p.ns))
+	}
+	l.forget(name)
+	return errors.Join(errs...)
+}
+
+// Info implements cluster.Cluster.
+func (l *Lab) Info() map[string]any {
+	return map[string]any{
+		"backend": "lab", "dataplane": l.preset.Name, "attach": l.preset.Attach, "overlay": l.preset.Overlay,
+		"emulates": l.preset.Emulates, "underlay_mtu": l.cfg.MTU, "pod_mtu": l.PodMTU(), "nodes": l.cfg.Nodes,
+		"cluster_cidr": l.cfg.ClusterCIDR, "underlay_cidr": l.cfg.UnderlayCIDR, "prefix": l.cfg.Prefix,
+		"vxlan_port": l.preset.VXLANPort, "vni": l.preset.VNI,
+	}
+}
+
+// Close implements cluster.Cluster: idempotent removal of everything with the lab's prefix.
+func (l *Lab) Close(ctx context.Context) error {
+	l.stopProcs("")
+	return Clean(l.cfg.Prefix)
+}

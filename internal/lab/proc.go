@@ -1,0 +1,257 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a writer and concurrent readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]byte(nil), b.b.Bytes()...)
+}
+
+// proc is a long-running process in a pod.
+type proc struct {
+	lab  *Lab
+	pod  string
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{}
+	once sync.Once
+}
+
+func (p *proc) Output() []byte { return p.out.Bytes() }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop sends SIGTERM to the process group, SIGKILL after 2 s, and waits.
+func (p *proc) Stop() error {
+	p.once.Do(func() {
+		pgid := p.cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(2 * time.Second):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-p.done
+		}
+		p.lab.mu.Lock()
+		delete(p.lab.procs, p)
+		p.lab.mu.Unlock()
+	})
+	return nil
+}
+
+// Exec implements cluster.Cluster.
+func (l *Lab) Exec(ctx context.Context, podName string, argv []string) (cluster.ExecResult, error) {
+	p, err := l.pod(podName)
+	if err != nil {
+		return cluster.ExecResult{}, err
+	}
+	if len(argv) == 0 {
+		return cluster.ExecResult{}, errors.New("empty command")
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if err := startInNS(p.ns, cmd); err != nil {
+		return cluster.ExecResult{}, fmt.Errorf("start %s in pod %s: %w", argv[0], podName, err)
+	}
+	err = cmd.Wait()
+	res := cluster.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: cmd.ProcessState.ExitCode()}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return res, err
+	}
+	return res, nil
+}
+
+// Start implements cluster.Cluster.
+func (l *Lab) Start(ctx context.Context, podName string, argv []string, ready cluster.Ready) (cluster.Process, error) {
+	p, err := l.pod(podName)
+	if err != nil {
+		return nil, err
+	}
+	if len(argv) == 0 {
+		return nil, errors.New("empty command")
+	}
+	out := &lockedBuffer{}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = out, out
+	// Own process group so Stop reaches children; die with cnibench if it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := startInNS(p.ns, cmd); err != nil {
+		return nil, fmt.Errorf("start %s in pod %s: %w", argv[0], podName, err)
+	}
+	pr := &proc{lab: l, pod: podName, cmd: cmd, out: out, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(pr.done) }()
+	l.mu.Lock()
+	l.procs[pr] = true
+	l.mu.Unlock()
+	if ready.TCPPort == 0 {
+		return pr, nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if pr.exited() {
+			_ = pr.Stop()
+			return nil, fmt.Errorf("%s exited in pod %s: %s", argv[0], podName, strings.TrimSpace(string(out.Bytes())))
+		}
+		if listening(cmd.Process.Pid, ready.TCPPort) {
+			return pr, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = pr.Stop()
+			return nil, fmt.Errorf("%s in pod %s not listening on TCP %d after 10 s", argv[0], podName, ready.TCPPort)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// listening reports whether a socket listens on a TCP port in the netns of pid.
+func listening(pid, port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"tcp", "tcp6"} {
+		fh, err := os.Open(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
+				fh.Close()
+				return true
+			}
+		}
+		fh.Close()
+	}
+	return false
+}
+
+// stopProcs stops the lab's processes of one pod ("" = all).
+func (l *Lab) stopProcs(pod string) {
+	l.mu.Lock()
+	var ps []*proc
+	for p := range l.procs {
+		if pod == "" || p.pod == pod {
+			ps = append(ps, p)
+		}
+	}
+	l.mu.Unlock()
+	for _, p := range ps {
+		_ = p.Stop()
+	}
+}
+
+// NodeCPU implements cluster.Cluster. Lab nodes share the host kernel, so the sample is the
+// host's /proc/stat "cpu" line (recorded as host-wide in the environment).
+func (l *Lab) NodeCPU(ctx context.Context, nodeName string) (cluster.CPUSample, error) {
+	if _, err := l.node(nodeName); err != nil {
+		return cluster.CPUSample{}, err
+	}
+	return HostCPU()
+}
+
+// HostCPU reads the aggregate "cpu" line of /proc/stat.
+func HostCPU() (cluster.CPUSample, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cluster.CPUSample{}, err
+	}
+	return parseProcStat(b)
+}
+
+func parseProcStat(b []byte) (cluster.CPUSample, error) {
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cluster.CPUSample{}, fmt.Errorf("unexpected /proc/stat first line %q", line)
+	}
+	v := make([]uint64, 8)
+	for i := range v {
+		n, err := strconv.ParseUint(f[i+1], 10, 64)
+		if err != nil {
+			return cluster.CPUSample{}, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
+		}
+		v[i] = n
+	}
+	return cluster.CPUSample{User: v[0], Nice: v[1], System: v[2], Idle: v[3], IOWait: v[4], IRQ: v[5], SoftIRQ: v[6], Steal: v[7]}, nil
+}
+
+// nsPIDs lists the processes (other than this one) whose network namespace is the named one.
+func nsPIDs(name string) []int {
+	ino, err := nsInode(name)
+	if err != nil {
+		return nil
+	}
+	ents, _ := os.ReadDir("/proc")
+	self := os.Getpid()
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil && st.Ino == ino {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// killNSProcs kills every process inside the named namespace (they can only be processes a
+// lab started: nothing else lives in a lab namespace) and waits until they are gone.
+func killNSProcs(name string) error {
+	pids := nsPIDs(name)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for len(pids) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		pids = nsPIDs(name)
+	}
+	if len(pids) > 0 {
+		return fmt.Errorf("processes %v in %s did not exit", pids, name)
+	}
+	return nil
+}

@@ -1,0 +1,284 @@
+// Package plan turns a YAML plan file and/or command-line flags into a validated, expanded
+// list of benchmark cases.
+//
+// A plan file is a YAML list of case groups. Each group names a scenario and the dimensions
+// to sweep; its keys are the same as the command-line flags:
+//
+//   - scenario: baseline
+//     dataplane: [bare, node2node]
+//     protocol: [tcp, udp, rr, crr]
+//     repeat: 3
+//     duration: 2
+//   - scenario: p2p
+//     dataplane: [flannel, calico]
+//     placement: [intra, inter]
+//
+// List keys may also be written as a single scalar ("protocol: tcp") or a comma-separated
+// scalar ("protocol: tcp, udp"), as on the command line. Load parses a file into Groups,
+// FromFlags builds a Group from flag values, Merge lays flags over a plan, Validate checks
+// groups against a Catalog and Expand turns them into the ordered list of CaseSpecs.
+//
+// Every error is one line naming the source, the field path and the fix, e.g.
+//
+//	plans/x.yaml: [1].protocol[2]: unknown protocol "tcpp" for scenario p2p (valid: tcp, udp, rr, crr, udprr)
+//	--repeat: 0 out of range (1..1000)
+package plan
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cnibench/cnibench/internal/result"
+)
+
+// Keys are the keys of a case group, in the order they are documented and checked. They are
+// also the names of the command-line flags (without "--").
+var Keys = []string{
+	"scenario", "dataplane", "placement", "protocol",
+	"services", "policies", "pods", "replicas", "proxy", "policy",
+	"repeat", "duration", "warmup", "cpus", "mtu", "nodes",
+}
+
+// Placements are the placements a scenario allows when its ScenarioInfo.Placements is nil.
+var Placements = []string{"intra", "inter"}
+
+// ScenarioInfo is what the plan needs to know about one scenario.
+type ScenarioInfo struct {
+	// Dataplanes are the allowed dataplanes; nil means any of Catalog.Dataplanes.
+	Dataplanes []string
+	// DefaultDataplanes are used when a group gives none; empty means all allowed ones.
+	DefaultDataplanes []string
+	// Placements are the allowed placements; nil means the package's Placements. A group
+	// that gives none sweeps all of them (combinations Valid rejects are dropped).
+	Placements []string
+	// Protocols are the allowed protocols; nil means any.
+	Protocols []string
+	// DefaultProtocols are used when a group gives none; empty means all of Protocols.
+	DefaultProtocols []string
+	// Valid reports whether a dataplane x placement combination exists (e.g. baseline
+	// "bare" has only intra). Invalid combinations are silently dropped from the
+	// expansion; a group left with none is an error. nil means all are valid.
+	Valid func(dataplane, placement string) bool
+}
+
+// Catalog describes what this build and host can run.
+type Catalog struct {
+	Scenarios  map[string]ScenarioInfo
+	Dataplanes []string                     // lab presets
+	Tools      func(protocol string) string // protocol -> tool name for Case.Tool; nil = ""
+	NumCPU     int                          // CPUs of this host; 0 = unknown (only >= 0 is checked)
+}
+
+// Group is one case group of a plan (or the flags). A nil slice or pointer means the key is
+// unset: the scenario's default or Defaults applies, and Merge leaves the base value alone.
+// An empty Scenario is unset too.
+type Group struct {
+	Scenario  string   `yaml:"scenario,omitempty"`
+	Dataplane []string `yaml:"dataplane,omitempty,flow"`
+	Placement []string `yaml:"placement,omitempty,flow"`
+	Protocol  []string `yaml:"protocol,omitempty,flow"`
+	Services  []int    `yaml:"services,omitempty,flow"`
+	Policies  []int    `yaml:"policies,omitempty,flow"`
+	Pods      []int    `yaml:"pods,omitempty,flow"`
+	Replicas  []int    `yaml:"replicas,omitempty,flow"`
+	Proxy     []string `yaml:"proxy,omitempty,flow"`
+	Policy    []string `yaml:"policy,omitempty,flow"`
+	Repeat    *int     `yaml:"repeat,omitempty"`   // trials per case
+	Duration  *int     `yaml:"duration,omitempty"` // seconds per trial
+	Warmup    *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
+	CPUs      *[2]int  `yaml:"cpus,omitempty,flow"`
+	MTU       *int     `yaml:"mtu,omitempty"` // underlay MTU
+	Nodes     *int     `yaml:"nodes,omitempty"`
+
+	// Source is where the group came from (the plan file path, or "flags"); Validate and
+	// Expand name it in errors. Load and FromFlags set it.
+	Source string `yaml:"-"`
+
+	// flagKeys are the keys Merge took from the flags; errors about them name the flag.
+	flagKeys map[string]bool
+}
+
+// Defaults are the values used for keys no group sets.
+type Defaults struct {
+	Repeat, Duration, Warmup int
+	CPUs                     [2]int
+	MTU, Nodes               int
+}
+
+// BuiltinDefaults returns the built-in defaults: 12 trials of 10 s after a 2 s warm-up trial,
+// client on CPU 0 and server on CPU 1, underlay MTU 1500, 2 nodes.
+func BuiltinDefaults() Defaults {
+	return Defaults{Repeat: 12, Duration: 10, Warmup: 2, CPUs: [2]int{0, 1}, MTU: 1500, Nodes: 2}
+}
+
+// CaseSpec is one expanded case with its run parameters (defined in result, where runs
+// record it).
+type CaseSpec = result.CaseSpec
+
+// Error is a plan error: Source (a file path; empty for flags), Path (e.g. "[1].protocol[2]"
+// or "--protocol") and Msg. Error() joins the non-empty parts with ": ".
+type Error struct {
+	Source, Path, Msg string
+}
+
+func (e *Error) Error() string {
+	parts := make([]string, 0, 3)
+	for _, s := range []string{e.Source, e.Path, e.Msg} {
+		if s != "" {
+			parts = append(parts, s)
+		}
+	}
+	return strings.Join(parts, ": ")
+}
+
+// Name is the plan name of a plan file: plans/quick.yaml -> "quick".
+func Name(path string) string {
+	if path == "" {
+		return ""
+	}
+	base := filepath.Base(path)
+	return strings.TrimSuffix(base, filepath.Ext(base))
+}
+
+// Merge lays the keys set in over (usually the flags) on every group of base: a set key of
+// over replaces the same key in each group (scenario included). Errors about those keys then
+// name the flag ("--repeat") instead of the plan file. With no base groups the result is over
+// alone. base is not modified.
+func Merge(base []Group, over Group) []Group {
+	if len(base) == 0 {
+		g := over.clone()
+		if g.Source == "" {
+			g.Source = "flags"
+		}
+		return []Group{g}
+	}
+	out := make([]Group, len(base))
+	for i, b := range base {
+		g := b.clone()
+		for _, k := range Keys {
+			if !over.isSet(k) {
+				continue
+			}
+			g.copyKey(k, &over)
+			if g.flagKeys == nil {
+				g.flagKeys = map[string]bool{}
+			}
+			g.flagKeys[k] = true
+		}
+		out[i] = g
+	}
+	return out
+}
+
+func ptrClone[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+func (g Group) clone() Group {
+	c := g
+	c.Dataplane = slices.Clone(g.Dataplane)
+	c.Placement = slices.Clone(g.Placement)
+	c.Protocol = slices.Clone(g.Protocol)
+	c.Services = slices.Clone(g.Services)
+	c.Policies = slices.Clone(g.Policies)
+	c.Pods = slices.Clone(g.Pods)
+	c.Replicas = slices.Clone(g.Replicas)
+	c.Proxy = slices.Clone(g.Proxy)
+	c.Policy = slices.Clone(g.Policy)
+	c.Repeat = ptrClone(g.Repeat)
+	c.Duration = ptrClone(g.Duration)
+	c.Warmup = ptrClone(g.Warmup)
+	c.CPUs = ptrClone(g.CPUs)
+	c.MTU = ptrClone(g.MTU)
+	c.Nodes = ptrClone(g.Nodes)
+	if g.flagKeys != nil {
+		c.flagKeys = make(map[string]bool, len(g.flagKeys))
+		for k, v := range g.flagKeys {
+			c.flagKeys[k] = v
+		}
+	}
+	return c
+}
+
+// strList and intList return the list field of key k (nil for scalar keys).
+func (g *Group) strList(k string) *[]string {
+	switch k {
+	case "dataplane":
+		return &g.Dataplane
+	case "placement":
+		return &g.Placement
+	case "protocol":
+		return &g.Protocol
+	case "proxy":
+		return &g.Proxy
+	case "policy":
+		return &g.Policy
+	}
+	return nil
+}
+
+func (g *Group) intList(k string) *[]int {
+	switch k {
+	case "services":
+		return &g.Services
+	case "policies":
+		return &g.Policies
+	case "pods":
+		return &g.Pods
+	case "replicas":
+		return &g.Replicas
+	}
+	return nil
+}
+
+func (g *Group) intPtr(k string) **int {
+	switch k {
+	case "repeat":
+		return &g.Repeat
+	case "duration":
+		return &g.Duration
+	case "warmup":
+		return &g.Warmup
+	case "mtu":
+		return &g.MTU
+	case "nodes":
+		return &g.Nodes
+	}
+	return nil
+}
+
+func (g *Group) isSet(k string) bool {
+	switch {
+	case k == "scenario":
+		return g.Scenario != ""
+	case k == "cpus":
+		return g.CPUs != nil
+	case g.strList(k) != nil:
+		return *g.strList(k) != nil
+	case g.intList(k) != nil:
+		return *g.intList(k) != nil
+	case g.intPtr(k) != nil:
+		return *g.intPtr(k) != nil
+	}
+	return false
+}
+
+func (g *Group) copyKey(k string, from *Group) {
+	switch {
+	case k == "scenario":
+		g.Scenario = from.Scenario
+	case k == "cpus":
+		g.CPUs = ptrClone(from.CPUs)
+	case g.strList(k) != nil:
+		*g.strList(k) = slices.Clone(*from.strList(k))
+	case g.intList(k) != nil:
+		*g.intList(k) = slices.Clone(*from.intList(k))
+	case g.intPtr(k) != nil:
+		*g.intPtr(k) = ptrClone(*from.intPtr(k))
+	}
+}

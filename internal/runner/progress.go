@@ -1,0 +1,152 @@
+package runner
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/result"
+)
+
+// Progress reports a run: on a terminal one live line (case i/n, trial, ETA); otherwise plain
+// log lines, one per event.
+type Progress struct {
+	mu       sync.Mutex
+	w        io.Writer
+	tty      bool
+	start    time.Time
+	total    float64 // planned seconds of measurement
+	spent    float64 // planned seconds already behind us
+	cases    int
+	caseIdx  int
+	current  string
+	lineOpen bool
+}
+
+// NewProgress writes to w; tty selects the live line.
+func NewProgress(w io.Writer, tty bool) *Progress { return &Progress{w: w, tty: tty} }
+
+func planned(c result.CaseSpec, trials int) float64 {
+	return float64(trials*c.Duration+c.Warmup) + 2 // ~2 s of set-up per case
+}
+
+// Begin announces the cases and what is left of them.
+func (p *Progress) Begin(cases []result.CaseSpec, done map[string]map[int]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.start, p.cases = time.Now(), len(cases)
+	for _, c := range cases {
+		left := c.Repeat - len(done[c.Case.ID])
+		if left > 0 {
+			p.total += planned(c, left)
+		}
+	}
+	p.logf("%d cases, about %s of measurement", len(cases), fmtDur(p.total))
+}
+
+// StartCase marks a case as current.
+func (p *Progress) StartCase(c result.CaseSpec) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.caseIdx++
+	p.current = c.Case.ID
+	p.spent += float64(c.Warmup) + 2
+	if !p.tty {
+		p.logf("case %d/%d %s", p.caseIdx, p.cases, c.Case.ID)
+	}
+}
+
+// Skip reports a case that cannot run.
+func (p *Progress) Skip(c result.CaseSpec) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.logf("skipped %s", c.Case.ID)
+}
+
+// Trial marks the start of trial t.
+func (p *Progress) Trial(c result.CaseSpec, t int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty {
+		p.live(fmt.Sprintf("[%d/%d] %s trial %d/%d", p.caseIdx, p.cases, c.Case.ID, t, c.Repeat))
+	}
+}
+
+// TrialDone reports a finished trial.
+func (p *Progress) TrialDone(c result.CaseSpec, t int, m map[string]float64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.spent += float64(c.Duration)
+	msg := headline(m)
+	if err != nil {
+		msg = "failed: " + oneLine(err.Error())
+	}
+	if !p.tty || err != nil {
+		p.logf("  %s trial %d/%d: %s", c.Case.ID, t, c.Repeat, msg)
+	}
+}
+
+// Log prints a message line.
+func (p *Progress) Log(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.logf(format, args...)
+}
+
+// End closes the live line.
+func (p *Progress) End() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.clearLine()
+	p.logf("done in %s", fmtDur(time.Since(p.start).Seconds()))
+}
+
+func (p *Progress) logf(format string, args ...any) {
+	p.clearLine()
+	fmt.Fprintf(p.w, format+"\n", args...)
+}
+
+func (p *Progress) clearLine() {
+	if p.lineOpen {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.lineOpen = false
+	}
+}
+
+func (p *Progress) live(s string) {
+	eta := "?"
+	el := time.Since(p.start).Seconds()
+	if p.spent > 0 && p.total > p.spent {
+		eta = fmtDur(el / p.spent * (p.total - p.spent))
+	}
+	fmt.Fprintf(p.w, "\r\033[K%s  ETA %s", s, eta)
+	p.lineOpen = true
+}
+
+func fmtDur(s float64) string {
+	d := time.Duration(s) * time.Second
+	if d >= time.Minute {
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%ds", int(d.Seconds()))
+}
+
+// headline is a short rendering of a trial's main figure.
+func headline(m map[string]float64) string {
+	var parts []string
+	if v, ok := m["throughput_bps"]; ok {
+		parts = append(parts, fmt.Sprintf("%.2f Gbit/s", v/1e9))
+	}
+	if v, ok := m["loss_pct"]; ok {
+		parts = append(parts, fmt.Sprintf("loss %.2f%%", v))
+	}
+	if v, ok := m["transactions_per_s"]; ok {
+		parts = append(parts, fmt.Sprintf("%.0f trans/s", v))
+	}
+	if v, ok := m["latency_p99_us"]; ok {
+		parts = append(parts, fmt.Sprintf("p99 %.0f us", v))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,72 @@
+// Package scenario holds one file per scenario. Scenarios are written only against
+// cluster.Cluster: they never know which backend they run on.
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/result"
+)
+
+// Options are the per-case knobs the runner passes.
+type Options struct {
+	CPUs [2]int // client CPU, server CPU
+}
+
+// Measurement is one trial's outcome.
+type Measurement struct {
+	Metrics map[string]float64
+	Raw     []byte // the tool's output, kept next to results.jsonl
+}
+
+// Fixture is a case set up and ready to run trials.
+type Fixture interface {
+	Trial(ctx context.Context, durationS int) (Measurement, error)
+	Close(ctx context.Context) error
+}
+
+// Info describes a scenario for planning and `cnibench list`.
+type Info struct {
+	Summary           string
+	Dataplanes        []string // allowed (nil: any lab preset)
+	DefaultDataplanes []string
+	Placements        []string
+	Protocols         []string
+	DefaultProtocols  []string
+	// Valid says whether a dataplane x placement combination exists.
+	Valid func(dataplane, placement string) bool
+}
+
+// Scenario is a topology plus a workload.
+type Scenario interface {
+	Name() string
+	Info() Info
+	// Setup creates the case's pods and servers in cl.
+	Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Options) (Fixture, error)
+}
+
+var registry = map[string]Scenario{}
+
+func register(s Scenario) { registry[s.Name()] = s }
+
+// Get returns a scenario by name.
+func Get(name string) (Scenario, error) {
+	if s, ok := registry[name]; ok {
+		return s, nil
+	}
+	return nil, fmt.Errorf("unknown scenario %q (valid: %s)", name, strings.Join(Names(), ", "))
+}
+
+// Names lists the scenarios, sorted.
+func Names() []string {
+	var out []string
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -29,17 +29,17 @@ enable_nonfree() {
     [ -f "$f" ] || continue
     grep -qi 'debian' "$f" || continue
     if awk 'BEGIN{IGNORECASE=1} /^URIs:.*debian/ {d=1} /^Components:/ && d && $0 !~ /(^| )non-free( |$)/ {f=1} /^$/ {d=0} END{exit !f}' "$f"; then
-      cp -p "$f" "$f.cnibench-bak"
+      mkdir -p /var/backups/cnibench && cp -p "$f" "/var/backups/cnibench/$(basename "$f").bak"
       awk 'BEGIN{d=0} /^URIs:/ {d=($0 ~ /debian/)} /^$/ {d=0}
-           /^Components:/ && d && $0 !~ /(^| )non-free( |$)/ {print $0 " non-free"; next} {print}' "$f.cnibench-bak" > "$f"
-      echo "install-deps: enabled the non-free component in $f (backup: $f.cnibench-bak)"
+           /^Components:/ && d && $0 !~ /(^| )non-free( |$)/ {print $0 " non-free"; next} {print}' "/var/backups/cnibench/$(basename "$f").bak" > "$f"
+      echo "install-deps: enabled the non-free component in $f (backup in /var/backups/cnibench)"
       changed=1
     fi
   done
   # one-line sources.list format
   if [ -f /etc/apt/sources.list ] && grep -Eq '^deb .*debian.* main' /etc/apt/sources.list \
      && ! grep -Eq '^deb .*debian.* non-free( |$)' /etc/apt/sources.list; then
-    cp -p /etc/apt/sources.list /etc/apt/sources.list.cnibench-bak
+    mkdir -p /var/backups/cnibench && cp -p /etc/apt/sources.list /var/backups/cnibench/sources.list.bak
     sed -Ei '/^deb .*debian/ { / non-free( |$)/! s/$/ non-free/ }' /etc/apt/sources.list
     echo "install-deps: enabled the non-free component in /etc/apt/sources.list"
     changed=1

@@ -316,3 +316,12 @@ func (l *Lab) Close(ctx context.Context) error {
 	l.stopProcs("")
 	return Clean(l.cfg.Prefix)
 }
+
+// Pod returns a pod by name.
+func (l *Lab) Pod(name string) (cluster.Pod, error) {
+	p, err := l.pod(name)
+	if err != nil {
+		return cluster.Pod{}, err
+	}
+	return p.Pod, nil
+}

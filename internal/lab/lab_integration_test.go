@@ -58,6 +58,14 @@ func nsenter(t *testing.T, ns string, argv ...string) (string, error) {
 	return string(out), err
 }
 
+func nsenterStdin(t *testing.T, ns, stdin string, argv ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("nsenter", append([]string{"--net=" + nsPath(ns), "--"}, argv...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 func ping(t *testing.T, l *Lab, from, to string, size int) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

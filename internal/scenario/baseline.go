@@ -47,4 +47,3 @@ func (baseline) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, op
 	}
 	return nil, fmt.Errorf("baseline has no dataplane %q (valid: bare, node2node)", c.Dataplane)
 }
-

@@ -1,0 +1,43 @@
+# cnibench: two set-up commands on a fresh Debian machine (as root):
+#   make demo   installs what is missing, runs plans/quick.yaml on the lab backend, prints the table
+#   make test   installs what is missing and runs the whole test suite
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+BIN      := bin/cnibench
+
+.PHONY: all deps build demo test vet fmt-check bench clean check-leftovers
+
+all: build
+
+deps:
+	bash scripts/install-deps.sh
+
+build: deps
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cnibench
+
+demo: build
+	./$(BIN) run --plan plans/quick.yaml
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+test: build vet fmt-check
+	$(GO) test -count=1 -p 1 -timeout 40m ./...
+	$(MAKE) --no-print-directory check-leftovers
+
+# The suite ends by checking that no test object (prefix cnbt / cnbe2e / cnbdoc) is left on the host.
+check-leftovers:
+	@left=$$(ls /run/netns 2>/dev/null | grep -E '^cnb(t|e2e|doc)' || true); \
+	 state=$$(ls /run/cnibench 2>/dev/null | grep -E '^cnb(t|e2e)' || true); \
+	 if [ -n "$$left$$state" ]; then echo "leftovers after tests: $$left $$state"; exit 1; fi; \
+	 echo "check-leftovers: nothing with a test prefix left behind"
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./internal/lab/
+
+clean:
+	rm -rf bin

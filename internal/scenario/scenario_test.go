@@ -1,0 +1,152 @@
+package scenario_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/result"
+	"github.com/cnibench/cnibench/internal/scenario"
+)
+
+func prefix() string { return fmt.Sprintf("cnbt%04d", rand.Intn(10000)) }
+
+func upLab(tb testing.TB, dp string) *lab.Lab {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root")
+	}
+	p := prefix()
+	l, err := lab.Up(context.Background(), lab.Config{Prefix: p, Dataplane: dp})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_ = l.Close(context.Background())
+		if left := lab.Leftovers(p); len(left) > 0 {
+			tb.Errorf("leftovers: %v", left)
+		}
+	})
+	return l
+}
+
+func setup(tb testing.TB, cl cluster.Cluster, sc, dp, pl, proto string) scenario.Fixture {
+	tb.Helper()
+	s, err := scenario.Get(sc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := result.Case{Scenario: sc, Dataplane: dp, Placement: pl, Protocol: proto, Backend: "lab"}
+	c.ID = c.MakeID()
+	f, err := s.Setup(context.Background(), cl, c, scenario.Options{CPUs: [2]int{0, 1}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = f.Close(context.Background()) })
+	return f
+}
+
+// TestEveryProtocolMeasures runs one short trial of every protocol pod to pod across nodes and
+// checks the metrics each must produce.
+func TestEveryProtocolMeasures(t *testing.T) {
+	l := upLab(t, "calico")
+	want := map[string][]string{
+		"tcp":   {"throughput_bps", "cpu_client_pct", "cpu_node_busy_pct"},
+		"udp":   {"throughput_bps", "offered_bps", "loss_pct", "jitter_ms", "udp_payload_bytes"},
+		"rr":    {"transactions_per_s", "latency_p50_us", "latency_p99_us"},
+		"crr":   {"transactions_per_s", "latency_p99_us"},
+		"udprr": {"transactions_per_s", "latency_p90_us"},
+	}
+	for _, proto := range []string{"tcp", "udp", "rr", "crr", "udprr"} {
+		t.Run(proto, func(t *testing.T) {
+			f := setup(t, l, "p2p", "calico", "inter", proto)
+			m, err := f.Trial(context.Background(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range want[proto] {
+				if _, ok := m.Metrics[k]; !ok {
+					t.Errorf("missing %s in %v", k, m.Metrics)
+				}
+			}
+			if v := m.Metrics["throughput_bps"] + m.Metrics["transactions_per_s"]; v <= 0 {
+				t.Errorf("nothing measured: %v", m.Metrics)
+			}
+			if proto == "udp" && m.Metrics["udp_payload_bytes"] != 1448 {
+				t.Errorf("udp payload %v, want 1448 on a 1500-byte pod MTU", m.Metrics["udp_payload_bytes"])
+			}
+			if len(m.Raw) == 0 {
+				t.Error("no raw output kept")
+			}
+		})
+	}
+}
+
+// TestUDPPayloadFitsOverlayMTU: on flannel (pod MTU 1450) datagrams are sized not to fragment.
+func TestUDPPayloadFitsOverlayMTU(t *testing.T) {
+	l := upLab(t, "flannel")
+	f := setup(t, l, "p2p", "flannel", "inter", "udp")
+	m, err := f.Trial(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Metrics["udp_payload_bytes"] != 1450-28 {
+		t.Errorf("udp payload %v, want %d", m.Metrics["udp_payload_bytes"], 1450-28)
+	}
+}
+
+// BenchmarkFidelityBareTCP compares cnibench's TCP throughput on the bare baseline with
+// iperf3 run by hand (nsenter + taskset, the same flags and pinning) between the same
+// namespaces: 5 alternating runs each (FIDELITY_SECONDS per run, default 10). It reports the
+// ratio of the means (goal: within 5 %). Run: go test -run '^$' -bench Fidelity -benchtime 1x ./internal/scenario/
+func BenchmarkFidelityBareTCP(b *testing.B) {
+	secs := 10
+	if v, err := strconv.Atoi(os.Getenv("FIDELITY_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	l := upLab(b, "bare")
+	f := setup(b, l, "baseline", "bare", "intra", "tcp")
+	cns, _ := l.PodNS("client")
+	srv, err := l.Pod("server")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var tool, hand float64
+	for i := 0; i < b.N; i++ {
+		tool, hand = 0, 0
+		for r := 0; r < 5; r++ {
+			m, err := f.Trial(context.Background(), secs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tool += m.Metrics["throughput_bps"] / 5
+			out, err := exec.Command("nsenter", "--net=/run/netns/"+cns, "--", "taskset", "-c", "0",
+				"iperf3", "-c", srv.IP, "-t", strconv.Itoa(secs), "-J", "-N", "-Z", "-M", "1448").Output()
+			if err != nil {
+				b.Fatalf("iperf3 by hand: %v", err)
+			}
+			var j struct {
+				End struct {
+					SumReceived struct {
+						BitsPerSecond float64 `json:"bits_per_second"`
+					} `json:"sum_received"`
+				} `json:"end"`
+			}
+			if err := json.Unmarshal(out, &j); err != nil || j.End.SumReceived.BitsPerSecond <= 0 {
+				b.Fatalf("iperf3 by hand output: %v", err)
+			}
+			hand += j.End.SumReceived.BitsPerSecond / 5
+			b.Logf("run %d: cnibench %.2f Gbit/s, by hand %.2f Gbit/s", r+1, m.Metrics["throughput_bps"]/1e9, j.End.SumReceived.BitsPerSecond/1e9)
+		}
+	}
+	b.ReportMetric(tool/1e9, "cnibench_Gbit/s")
+	b.ReportMetric(hand/1e9, "byhand_Gbit/s")
+	b.ReportMetric(tool/hand, "ratio")
+}

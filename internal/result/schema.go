@@ -63,6 +63,8 @@ type Trial struct {
 	Metrics   map[string]float64 `json:"metrics"`
 	Raw       string             `json:"raw,omitempty"`
 	Error     string             `json:"error,omitempty"`
+	// Conditions the trial ran under that are not case labels (pinned CPUs, underlay MTU, nodes).
+	Conditions map[string]any `json:"conditions,omitempty"`
 	// Status is "ok" for a measured trial, "skipped" when the case cannot run here (Error
 	// holds the reason) and "failed" when the tool failed.
 	Status string `json:"status,omitempty"`

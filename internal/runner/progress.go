@@ -1,12 +1,14 @@
 package runner
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/result"
 )
 
@@ -28,8 +30,15 @@ type Progress struct {
 // NewProgress writes to w; tty selects the live line.
 func NewProgress(w io.Writer, tty bool) *Progress { return &Progress{w: w, tty: tty} }
 
+// crrPad is the time netserver waits past the test length at the end of a TCP_CRR test.
+const crrPad = 4
+
 func planned(c result.CaseSpec, trials int) float64 {
-	return float64(trials*c.Duration+c.Warmup) + 2 // ~2 s of set-up per case
+	s := float64(trials*c.Duration+c.Warmup) + 1 // ~1 s of set-up per case
+	if c.Case.Protocol == "crr" {
+		s += crrPad * float64(trials+1)
+	}
+	return s
 }
 
 // Begin announces the cases and what is left of them.
@@ -39,7 +48,7 @@ func (p *Progress) Begin(cases []result.CaseSpec, done map[string]map[int]bool) 
 	p.start, p.cases = time.Now(), len(cases)
 	for _, c := range cases {
 		left := c.Repeat - len(done[c.Case.ID])
-		if left > 0 {
+		if left > 0 && !done[c.Case.ID][skippedTrial] {
 			p.total += planned(c, left)
 		}
 	}
@@ -52,17 +61,21 @@ func (p *Progress) StartCase(c result.CaseSpec) {
 	defer p.mu.Unlock()
 	p.caseIdx++
 	p.current = c.Case.ID
-	p.spent += float64(c.Warmup) + 2
+	p.spent += planned(c, 0)
 	if !p.tty {
 		p.logf("case %d/%d %s", p.caseIdx, p.cases, c.Case.ID)
 	}
 }
 
-// Skip reports a case that cannot run.
-func (p *Progress) Skip(c result.CaseSpec) {
+// Skip reports a case that cannot run (skipped) or could not be set up (failed).
+func (p *Progress) Skip(c result.CaseSpec, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.logf("skipped %s", c.Case.ID)
+	verb := "failed"
+	if errors.Is(err, cluster.ErrUnsupported) {
+		verb = "skipped"
+	}
+	p.logf("%s %s: %s", verb, c.Case.ID, oneLine(err.Error()))
 }
 
 // Trial marks the start of trial t.
@@ -78,7 +91,7 @@ func (p *Progress) Trial(c result.CaseSpec, t int) {
 func (p *Progress) TrialDone(c result.CaseSpec, t int, m map[string]float64, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.spent += float64(c.Duration)
+	p.spent += planned(c, 1) - planned(c, 0)
 	msg := headline(m)
 	if err != nil {
 		msg = "failed: " + oneLine(err.Error())

@@ -75,18 +75,26 @@ func LoadPlan(dir string) (string, []result.CaseSpec, error) {
 	return p.Run, p.Cases, nil
 }
 
-// done returns, per case id, the trial numbers already measured or skipped. Failed trials are
-// run again on resume.
+// skippedTrial marks, in done's map, a case skipped as a whole (it cannot run here).
+const skippedTrial = -1
+
+// done returns, per case id, the trial numbers already measured, or skippedTrial for a case
+// that cannot run here. Failed trials are run again on resume.
 func done(trials []result.Trial) map[string]map[int]bool {
 	out := map[string]map[int]bool{}
 	for _, t := range trials {
-		if t.Warmup || stats.TrialStatus(t) == "failed" {
+		st := stats.TrialStatus(t)
+		if t.Warmup || st == "failed" {
 			continue
 		}
 		if out[t.Case.ID] == nil {
 			out[t.Case.ID] = map[int]bool{}
 		}
-		out[t.Case.ID][t.Trial] = true
+		n := t.Trial
+		if st == "skipped" {
+			n = skippedTrial
+		}
+		out[t.Case.ID][n] = true
 	}
 	return out
 }
@@ -147,6 +155,9 @@ type run struct {
 }
 
 func (r *run) remaining(cs result.CaseSpec) []int {
+	if r.done[cs.Case.ID][skippedTrial] {
+		return nil
+	}
 	var out []int
 	for t := 1; t <= cs.Repeat; t++ {
 		if !r.done[cs.Case.ID][t] {
@@ -177,7 +188,7 @@ func (r *run) group(ctx context.Context, cases []result.CaseSpec) error {
 			if err := r.record(c, 0, false, time.Now(), scenario.Measurement{}, err); err != nil {
 				return err
 			}
-			r.prog.Skip(c)
+			r.prog.Skip(c, err)
 		}
 		return nil
 	}
@@ -214,7 +225,7 @@ func (r *run) runCase(ctx context.Context, cl cluster.Cluster, cs result.CaseSpe
 		if ctx.Err() != nil {
 			return nil
 		}
-		r.prog.Skip(cs)
+		r.prog.Skip(cs, err)
 		return r.record(cs, todo[0], false, time.Now(), scenario.Measurement{}, err)
 	}
 	defer func() {
@@ -250,7 +261,8 @@ func (r *run) runCase(ctx context.Context, cl cluster.Cluster, cs result.CaseSpe
 // record appends one trial (with its raw output under trials/) to results.jsonl.
 func (r *run) record(cs result.CaseSpec, n int, warmup bool, start time.Time, m scenario.Measurement, terr error) error {
 	t := result.Trial{Run: r.opt.RunID, Case: cs.Case, Trial: n, Warmup: warmup, Start: start.UTC().Format(time.RFC3339),
-		DurationS: float64(cs.Duration), Metrics: m.Metrics, Status: "ok"}
+		DurationS: float64(cs.Duration), Metrics: m.Metrics, Status: "ok",
+		Conditions: map[string]any{"client_cpu": cs.CPUs[0], "server_cpu": cs.CPUs[1], "underlay_mtu": cs.MTU, "nodes": cs.Nodes}}
 	if warmup {
 		t.DurationS = float64(cs.Warmup)
 	}

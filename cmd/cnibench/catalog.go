@@ -23,7 +23,7 @@ func catalog() plan.Catalog {
 		sc, _ := scenario.Get(n)
 		i := sc.Info()
 		cat.Scenarios[n] = plan.ScenarioInfo{Dataplanes: i.Dataplanes, DefaultDataplanes: i.DefaultDataplanes,
-			Placements: i.Placements, Protocols: i.Protocols, DefaultProtocols: i.DefaultProtocols, Valid: i.Valid}
+			Placements: i.Placements, Protocols: i.Protocols, DefaultProtocols: i.DefaultProtocols, Params: i.Params, Valid: i.Valid}
 	}
 	return cat
 }

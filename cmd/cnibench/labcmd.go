@@ -19,6 +19,12 @@ func newLabCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "lab",
 		Short: "Keep a lab cluster standing for exploration, or remove leftovers",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for \"cnibench lab\" (valid: up, down, clean)", args[0])
+			}
+			return cmd.Help()
+		},
 	}
 	var dp, prefix string
 	var nodes, mtu, pods int
@@ -56,12 +62,16 @@ The build time printed is the time to build the nodes, the underlay and all pods
 			if len(lab.Namespaces(prefix)) > 0 {
 				return usagef("--prefix %s is in use: pick another or run 'cnibench lab down --prefix %s'", prefix, prefix)
 			}
+			cfg := lab.Config{Prefix: prefix, Dataplane: dp, Nodes: nodes, MTU: mtu}
+			if err := cfg.Validate(); err != nil {
+				return usageError{err.Error()}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			start := time.Now()
-			l, err := lab.Up(ctx, lab.Config{Prefix: prefix, Dataplane: dp, Nodes: nodes, MTU: mtu})
+			l, err := lab.Up(ctx, cfg)
 			if err != nil {
-				return usageError{err.Error()}
+				return err
 			}
 			if err := createPods(ctx, l, pods); err != nil {
 				_ = l.Close(context.Background())

@@ -78,7 +78,7 @@ func execute(args []string) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	fmt.Fprintf(os.Stderr, "cnibench: %v\n", err)
+	fmt.Fprintf(os.Stderr, "cnibench: %s\n", strings.Join(strings.Fields(err.Error()), " ")) // one line, even for cobra suggestions and joined errors
 	var ue usageError
 	if errors.As(err, &ue) || isCobraUsage(err) {
 		return 2

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -154,12 +153,26 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend,
 	if output == "json" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
 		fmt.Fprintln(w, string(b))
-		return nil
+		return failedCases(sum, out)
 	}
 	if err := report.Table(w, sum); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nresults: %s (results.jsonl, summary.json, summary.csv)\n", out)
+	return failedCases(sum, out)
+}
+
+// failedCases makes a run whose cases failed (not skipped) exit 1, naming them.
+func failedCases(sum result.Summary, out string) error {
+	var failed []string
+	for _, r := range sum.Results {
+		if r.Status == "failed" {
+			failed = append(failed, r.Case.ID)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%d case(s) failed (%s): see the reasons in %s/summary.json; rerun them with --resume %s", len(failed), strings.Join(failed, ", "), out, out)
+	}
 	return nil
 }
 
@@ -189,6 +202,21 @@ func expandCases(planFile string, set map[string]string, backend string) ([]resu
 	}
 	if len(cases) == 0 {
 		return nil, "", usagef("the plan expands to no cases")
+	}
+	// The case labels carry the effective data-plane parts.
+	for i := range cases {
+		c := &cases[i].Case
+		p, err := lab.Lookup(c.Dataplane)
+		if err != nil {
+			return nil, "", usageError{err.Error()}
+		}
+		c.Attach, c.Overlay = p.Attach, p.Overlay
+		if c.Proxy == "" {
+			c.Proxy = p.Proxy
+		}
+		if c.Policy == "" {
+			c.Policy = p.Policy
+		}
 	}
 	return cases, time.Now().UTC().Format("20060102T150405Z") + "-" + name, nil
 }
@@ -226,6 +254,15 @@ func preflight(cases []result.CaseSpec) error {
 		if p.Missing != "" {
 			return usagef("dataplane %s is not available: %s (see cnibench list)", dp, p.Missing)
 		}
+		for _, c := range cases {
+			if c.Case.Dataplane != dp {
+				continue
+			}
+			cfg := lab.Config{Prefix: "cnbcheck", Dataplane: dp, Nodes: c.Nodes, MTU: c.MTU}
+			if err := cfg.Validate(); err != nil {
+				return usagef("dataplane %s: %v", dp, err)
+			}
+		}
 		if rep == nil {
 			r := doctor.Run(context.Background())
 			rep = &r
@@ -249,6 +286,3 @@ func newPrefix() string {
 	}
 	return "cnb" + string(b)
 }
-
-var _ = errors.New
-var _ = strings.Join

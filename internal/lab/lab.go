@@ -43,6 +43,25 @@ func ValidPrefix(p string) error {
 	return nil
 }
 
+// Validate fills in the defaults and checks the configuration (and the dataplane's MTU
+// budget) without touching the host.
+func (c *Config) Validate() error {
+	if err := c.defaults(); err != nil {
+		return err
+	}
+	p, err := Lookup(c.Dataplane)
+	if err != nil {
+		return err
+	}
+	if p.Missing != "" {
+		return cluster.Unsupported("dataplane %s: %s", p.Name, p.Missing)
+	}
+	if c.MTU-p.Overhead() < 576 {
+		return fmt.Errorf("mtu %d leaves pods below 576 bytes after %d bytes of %s overhead (use --mtu %d or more)", c.MTU, p.Overhead(), p.Overlay, 576+p.Overhead())
+	}
+	return nil
+}
+
 func (c *Config) defaults() error {
 	if c.Nodes == 0 {
 		c.Nodes = 2
@@ -143,19 +162,10 @@ func (l *Lab) PodMTU() int { return l.cfg.MTU - l.preset.Overhead() }
 
 // Up builds a lab. On error everything created so far is removed.
 func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
-	if err := cfg.defaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p, err := Lookup(cfg.Dataplane)
-	if err != nil {
-		return nil, err
-	}
-	if p.Missing != "" {
-		return nil, cluster.Unsupported("dataplane %s: %s", p.Name, p.Missing)
-	}
-	if cfg.MTU-p.Overhead() < 576 {
-		return nil, fmt.Errorf("mtu %d leaves pods below 576 bytes after %d bytes of %s overhead", cfg.MTU, p.Overhead(), p.Overlay)
-	}
+	p, _ := Lookup(cfg.Dataplane)
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab backend needs root (network namespaces): run as root")
 	}

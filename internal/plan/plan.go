@@ -56,6 +56,10 @@ type ScenarioInfo struct {
 	Protocols []string
 	// DefaultProtocols are used when a group gives none; empty means all of Protocols.
 	DefaultProtocols []string
+	// Params are the scale and override keys the scenario uses (services, policies, pods,
+	// replicas, proxy, policy); setting another one is an error rather than a case label
+	// that changes nothing.
+	Params []string
 	// Valid reports whether a dataplane x placement combination exists (e.g. baseline
 	// "bare" has only intra). Invalid combinations are silently dropped from the
 	// expansion; a group left with none is an error. nil means all are valid.

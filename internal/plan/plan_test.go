@@ -27,6 +27,8 @@ func testCatalog() Catalog {
 				Placements:       []string{"intra", "inter"},
 				Protocols:        testProtocols,
 				DefaultProtocols: []string{"tcp", "udp", "rr", "crr"},
+				// The test catalog lets p2p take every scale key to exercise their checks.
+				Params: []string{"services", "policies", "pods", "replicas", "proxy", "policy"},
 			},
 		},
 		Dataplanes: []string{"flannel", "calico", "flannel-hostgw", "calico-vxlan"},
@@ -226,6 +228,14 @@ func TestValidateErrors(t *testing.T) {
 	}
 }
 
+func TestValidateUnusedParam(t *testing.T) {
+	err := Validate(mustParse(t, "- scenario: baseline\n  services: [5]\n"), testCatalog(), "plans/x.yaml")
+	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy it uses none of them): remove it"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+}
+
 func TestValidateEmpty(t *testing.T) {
 	if err := Validate(nil, testCatalog(), "plans/x.yaml"); err == nil || err.Error() != "plans/x.yaml: empty plan (want at least one case group)" {
 		t.Errorf("got %v", err)
@@ -367,7 +377,7 @@ func TestExpandQuickPlan(t *testing.T) {
 		if c.Tool != wantTool {
 			t.Errorf("%s: tool %q, want %q", c.ID, c.Tool, wantTool)
 		}
-		if s.Repeat != 3 || s.Duration != 2 || s.Warmup != 1 || s.CPUs != [2]int{0, 1} || s.MTU != 1500 || s.Nodes != 2 {
+		if s.Repeat != 3 || s.Duration != 1 || s.Warmup != 1 || s.CPUs != [2]int{0, 1} || s.MTU != 1500 || s.Nodes != 2 {
 			t.Errorf("%s: params %+v", c.ID, s)
 		}
 	}

@@ -155,6 +155,17 @@ func validateGroup(c checker, cat Catalog) error {
 		return c.fail("scenario", -1, "unknown scenario %q (valid: %s)", g.Scenario, oneOf(scenarioNames(cat)))
 	}
 
+	// Keys the scenario does not use.
+	for _, key := range []string{"services", "policies", "pods", "replicas", "proxy", "policy"} {
+		if g.isSet(key) && !slices.Contains(info.Params, key) {
+			uses := "none of them"
+			if len(info.Params) > 0 {
+				uses = strings.Join(info.Params, ", ")
+			}
+			return c.fail(key, -1, "scenario %s does not use %s (of services, policies, pods, replicas, proxy, policy it uses %s): remove it", g.Scenario, key, uses)
+		}
+	}
+
 	// Enumerated string lists.
 	enums := []struct {
 		key     string

@@ -33,7 +33,8 @@ func Primary(c result.Case) string {
 	return "transactions_per_s"
 }
 
-// Table writes one row per case: the primary metric's trimmed mean with its 95 % CI and CV,
+// Table writes one row per case: the primary metric's trimmed mean with the half-width of its
+// 95 % CI (relative) and CV,
 // latency percentiles or UDP loss, client/server CPU, and the ratio to the matching baseline.
 func Table(w io.Writer, s result.Summary) error {
 	byID := map[string]result.CaseResult{}
@@ -53,7 +54,10 @@ func Table(w io.Writer, s result.Summary) error {
 			fmt.Fprintf(tw, "%s\tno %s\t\t\t\t\t\n", r.Case.ID, pm)
 			continue
 		}
-		val, ci := format(pm, m.TrimmedMean), format(pm, (m.CI95High-m.CI95Low)/2)
+		val, ci := format(pm, m.TrimmedMean), "-"
+		if m.TrimmedMean != 0 && m.N > 1 {
+			ci = fmt.Sprintf("%.1f%%", 100*(m.CI95High-m.CI95Low)/2/m.TrimmedMean)
+		}
 		detail := ""
 		if l, ok := r.Metrics["loss_pct"]; ok {
 			detail = fmt.Sprintf("loss %.2f%%", l.TrimmedMean)

@@ -126,6 +126,10 @@ func Run(ctx context.Context, cases []result.CaseSpec, opt Options) (result.Summ
 		i = j
 	}
 	r.prog.End()
+	if ctx.Err() != nil {
+		// An interrupted run has no summary: --resume finishes it and writes one.
+		return result.Summary{}, ctx.Err()
+	}
 	all, err := result.LoadTrials(opt.Dir)
 	if err != nil {
 		return result.Summary{}, err
@@ -140,10 +144,7 @@ func Run(ctx context.Context, cases []result.CaseSpec, opt Options) (result.Summ
 		cs = append(cs, c.Case)
 	}
 	sum := result.Summary{Run: opt.RunID, Environment: env, Results: stats.Aggregate(cs, all)}
-	if err := result.WriteSummary(opt.Dir, sum); err != nil {
-		return sum, err
-	}
-	return sum, ctx.Err()
+	return sum, result.WriteSummary(opt.Dir, sum)
 }
 
 type run struct {

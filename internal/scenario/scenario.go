@@ -37,6 +37,8 @@ type Info struct {
 	Placements        []string
 	Protocols         []string
 	DefaultProtocols  []string
+	// Params are the scale/override keys the scenario uses (services, policies, pods, ...).
+	Params []string
 	// Valid says whether a dataplane x placement combination exists.
 	Valid func(dataplane, placement string) bool
 }

@@ -10,11 +10,12 @@
 //     when n is even.
 //   - min, max: the smallest and largest value.
 //   - trimmed_mean: the mean after dropping the single lowest and the single highest value
-//     when n >= 3 (with the default 12 trials the best and the worst trial are dropped);
-//     the plain mean when n < 3.
+//     when n >= MinTrim (with the default 12 trials the best and the worst trial are
+//     dropped, seed 001's rule); the plain mean when n < MinTrim, so that a short run's
+//     interval still rests on at least three values rather than collapsing onto the median.
 //   - ci95_low, ci95_high: trimmed_mean ± t(0.975, m-1) · s_m / √m, where m and s_m are the
 //     count and the sample standard deviation of the trimmed set (the whole sample when
-//     n < 3) and t is the Student t quantile. When m < 2 the interval collapses to
+//     n < MinTrim) and t is the Student t quantile. When m < 2 the interval collapses to
 //     trimmed_mean.
 //   - cv: the coefficient of variation stdev/mean, 0 when mean is 0.
 //
@@ -29,6 +30,9 @@ import (
 
 	"github.com/cnibench/cnibench/internal/result"
 )
+
+// MinTrim is the smallest sample whose best and worst values are dropped for trimmed_mean.
+const MinTrim = 5
 
 // Summarize returns the summary of values as defined in the package documentation.
 func Summarize(values []float64) result.MetricSummary {
@@ -58,7 +62,7 @@ func Summarize(values []float64) result.MetricSummary {
 	}
 
 	trimmed := xs
-	if n >= 3 {
+	if n >= MinTrim {
 		trimmed = xs[1 : n-1]
 	}
 	tm, ts := meanStdev(trimmed)

@@ -94,9 +94,14 @@ func TestSummarizeZeroMean(t *testing.T) {
 	if got.CV != 0 || got.Mean != 0 || got.Stdev != 1 {
 		t.Errorf("got %+v, want mean 0, stdev 1, cv 0", got)
 	}
-	// Trimmed set {0}: m = 1, the interval collapses.
-	if got.TrimmedMean != 0 || got.CI95Low != 0 || got.CI95High != 0 {
-		t.Errorf("got %+v, want trimmed mean and CI 0", got)
+	// n < MinTrim: nothing is trimmed; CI = 0 ± t(0.975,2)·1/√3 = ±2.4841.
+	if got.TrimmedMean != 0 || math.Abs(got.CI95High-2.4841377) > 1e-6 || got.CI95Low != -got.CI95High {
+		t.Errorf("got %+v, want trimmed mean 0 and CI ±2.4841", got)
+	}
+	// Five values: the best and the worst are dropped; {0, 1, 2} remain.
+	five := Summarize([]float64{-100, 0, 1, 2, 100})
+	if five.TrimmedMean != 1 || math.Abs(five.CI95High-(1+4.302653*1/math.Sqrt(3))) > 1e-5 {
+		t.Errorf("five: %+v", five)
 	}
 }
 

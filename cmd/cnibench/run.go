@@ -211,11 +211,12 @@ func expandCases(planFile string, set map[string]string, backend string) ([]resu
 			return nil, "", usageError{err.Error()}
 		}
 		c.Attach, c.Overlay = p.Attach, p.Overlay
+		proxy, policy := p.Effective()
 		if c.Proxy == "" {
-			c.Proxy = p.Proxy
+			c.Proxy = proxy
 		}
 		if c.Policy == "" {
-			c.Policy = p.Policy
+			c.Policy = policy
 		}
 	}
 	return cases, time.Now().UTC().Format("20060102T150405Z") + "-" + name, nil

@@ -71,14 +71,25 @@ func (s CPUSample) Total() uint64 {
 	return s.User + s.Nice + s.System + s.Idle + s.IOWait + s.IRQ + s.SoftIRQ + s.Steal
 }
 
-// Busy returns (busy%, softirq%) of the interval between a and b.
+// StealPct is the share of the interval between a and b the hypervisor took away: a trial
+// with much steal ran on a machine that was not all its own.
+func StealPct(a, b CPUSample) float64 {
+	dt := float64(b.Total() - a.Total())
+	if dt <= 0 {
+		return 0
+	}
+	return 100 * float64(b.Steal-a.Steal) / dt
+}
+
+// Busy returns (busy%, softirq%) of the interval between a and b; busy is the time this
+// machine's CPUs worked (steal, idle and iowait excluded).
 func Busy(a, b CPUSample) (busyPct, softirqPct float64) {
 	dt := float64(b.Total() - a.Total())
 	if dt <= 0 {
 		return 0, 0
 	}
-	idle := float64((b.Idle + b.IOWait) - (a.Idle + a.IOWait))
-	return 100 * (dt - idle) / dt, 100 * float64(b.SoftIRQ-a.SoftIRQ) / dt
+	notBusy := float64((b.Idle + b.IOWait + b.Steal) - (a.Idle + a.IOWait + a.Steal))
+	return 100 * (dt - notBusy) / dt, 100 * float64(b.SoftIRQ-a.SoftIRQ) / dt
 }
 
 // Cluster is what every backend provides.

@@ -313,12 +313,17 @@ func (l *Lab) DeletePod(ctx context.Context, name string) error {
 
 // Info implements cluster.Cluster.
 func (l *Lab) Info() map[string]any {
-	return map[string]any{
+	proxy, policy := l.preset.Effective()
+	info := map[string]any{
 		"backend": "lab", "dataplane": l.preset.Name, "attach": l.preset.Attach, "overlay": l.preset.Overlay,
+		"proxy": proxy, "policy": policy,
 		"emulates": l.preset.Emulates, "underlay_mtu": l.cfg.MTU, "pod_mtu": l.PodMTU(), "nodes": l.cfg.Nodes,
 		"cluster_cidr": l.cfg.ClusterCIDR, "underlay_cidr": l.cfg.UnderlayCIDR, "prefix": l.cfg.Prefix,
-		"vxlan_port": l.preset.VXLANPort, "vni": l.preset.VNI,
 	}
+	if l.preset.Overlay == "vxlan" {
+		info["vxlan_device"], info["vxlan_port"], info["vni"] = l.preset.VXLANDev, l.preset.VXLANPort, l.preset.VNI
+	}
+	return info
 }
 
 // Close implements cluster.Cluster: idempotent removal of everything with the lab's prefix.

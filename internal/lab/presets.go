@@ -22,6 +22,23 @@ type Preset struct {
 	Missing string
 }
 
+// builtParts are the proxy and policy parts the lab programs today. Services and
+// NetworkPolicies arrive with their own issue; until then a preset's proxy and policy are its
+// target, not what a case runs with.
+var builtParts = map[string]bool{"none": true}
+
+// Effective returns the proxy and policy a case on this preset really runs with.
+func (p Preset) Effective() (proxy, policy string) {
+	proxy, policy = p.Proxy, p.Policy
+	if !builtParts[proxy] {
+		proxy = "none"
+	}
+	if !builtParts[policy] {
+		policy = "none"
+	}
+	return proxy, policy
+}
+
 // Overhead is the bytes the overlay adds to every packet (VXLAN over IPv4: 50).
 func (p Preset) Overhead() int {
 	if p.Overlay == "vxlan" {

@@ -77,8 +77,25 @@ func Table(w io.Writer, s result.Summary) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\n", r.Case.ID, val, ci, 100*m.CV, detail, cpu, ratio)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var stolen []string
+	for _, r := range s.Results {
+		if st, ok := r.Metrics["cpu_node_steal_pct"]; ok && st.Mean > StealWarnPct {
+			stolen = append(stolen, fmt.Sprintf("%s %.0f%%", r.Case.ID, st.Mean))
+		}
+	}
+	if len(stolen) > 0 {
+		fmt.Fprintf(w, "\nwarning: the hypervisor took more than %.0f%% of the CPU (steal) during %d case(s); their figures are noisy:\n  %s\n",
+			StealWarnPct, len(stolen), strings.Join(stolen, ", "))
+	}
+	return nil
 }
+
+// StealWarnPct is the mean CPU steal above which the table warns that a case's figures are
+// disturbed by the hypervisor.
+const StealWarnPct = 5.0
 
 func format(metric string, v float64) string {
 	switch {

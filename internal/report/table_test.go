@@ -55,6 +55,15 @@ func TestTableRatiosToMatchingBaseline(t *testing.T) {
 	if r := row("p2p/flannel/inter/tcp"); !strings.Contains(r, "8.00 Gbit/s") || !strings.Contains(r, "2.0%") {
 		t.Errorf("value or CI: %q", r)
 	}
+	if strings.Contains(out, "warning") {
+		t.Errorf("steal warning without steal:\n%s", out)
+	}
+	s.Results[3].Metrics["cpu_node_steal_pct"] = result.MetricSummary{N: 12, Mean: 22}
+	b.Reset()
+	_ = Table(&b, s)
+	if !strings.Contains(b.String(), "during 1 case(s)") || !strings.Contains(b.String(), "p2p/flannel/intra/tcp 22%") {
+		t.Errorf("no steal warning:\n%s", b.String())
+	}
 	if r := row("p2p/cilium/inter/tcp"); !strings.Contains(r, "skipped") || !strings.Contains(r, "not built") {
 		t.Errorf("skipped row: %q", r)
 	}

@@ -95,6 +95,7 @@ func (f *pairFixture) Trial(ctx context.Context, durationS int) (Measurement, er
 	if cpuErr == nil && cpuErr2 == nil {
 		busy, sirq := cluster.Busy(before, after)
 		m["cpu_node_busy_pct"], m["cpu_node_softirq_pct"] = busy, sirq
+		m["cpu_node_steal_pct"] = cluster.StealPct(before, after)
 	}
 	if spec.Protocol == "udp" {
 		m["udp_payload_bytes"] = float64(spec.UDPLen)

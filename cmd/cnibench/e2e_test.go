@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/csv"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,22 +264,14 @@ func (p *cnbProc) addPrefix(pre string) {
 func (p *cnbProc) Children() map[int]procID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := map[int]procID{}
-	for k, v := range p.children {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(p.children)
 }
 
 // Inodes returns the netns inodes (-> names) its children were seen in.
 func (p *cnbProc) Inodes() map[uint64]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := map[uint64]string{}
-	for k, v := range p.inodes {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(p.inodes)
 }
 
 // watch polls /proc for the process's children and the lab namespaces they run in.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
-	"sync"
 	"syscall"
 	"time"
 
@@ -73,7 +71,7 @@ The build time printed is the time to build the nodes, the underlay and all pods
 			if err != nil {
 				return err
 			}
-			if err := createPods(ctx, l, pods); err != nil {
+			if err := l.CreatePods(ctx, pods, func(i int) string { return fmt.Sprintf("pod%d", i) }); err != nil {
 				_ = l.Close(context.Background())
 				return err
 			}
@@ -135,36 +133,6 @@ The build time printed is the time to build the nodes, the underlay and all pods
 	}
 	cmd.AddCommand(up, down, clean)
 	return cmd
-}
-
-// createPods creates n pods round-robin over the nodes, in parallel.
-func createPods(ctx context.Context, l *lab.Lab, n int) error {
-	nodes := mustNodes(l)
-	work := make(chan int)
-	errc := make(chan error, n)
-	var wg sync.WaitGroup
-	for w := 0; w < 2*runtime.NumCPU(); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				_, err := l.CreatePod(ctx, cluster.PodSpec{Name: fmt.Sprintf("pod%d", i), Node: nodes[i%len(nodes)].Name})
-				if err != nil {
-					errc <- err
-				}
-			}
-		}()
-	}
-	for i := 0; i < n && ctx.Err() == nil; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errc)
-	if err := <-errc; err != nil {
-		return err
-	}
-	return ctx.Err()
 }
 
 func mustNodes(l *lab.Lab) []cluster.Node {

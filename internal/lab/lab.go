@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sync"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -339,4 +340,33 @@ func (l *Lab) Pod(name string) (cluster.Pod, error) {
 		return cluster.Pod{}, err
 	}
 	return p.Pod, nil
+}
+
+// CreatePods creates n pods named name(i), round-robin over the nodes, attaching them in
+// parallel (CNI plugin runs are process-bound; two per CPU keeps both CPUs busy).
+func (l *Lab) CreatePods(ctx context.Context, n int, name func(i int) string) error {
+	work := make(chan int)
+	errc := make(chan error, n)
+	var wg sync.WaitGroup
+	for w := 0; w < 2*runtime.NumCPU(); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if _, err := l.CreatePod(ctx, cluster.PodSpec{Name: name(i), Node: l.nodes[i%len(l.nodes)].name}); err != nil {
+					errc <- err
+				}
+			}
+		}()
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return err
+	}
+	return ctx.Err()
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -163,28 +161,9 @@ func buildLab(b *testing.B, pods int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		work := make(chan int)
-		errs := make(chan error, pods)
-		for w := 0; w < 2*runtime.NumCPU(); w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := range work {
-					if _, err := l.CreatePod(context.Background(), cluster.PodSpec{Name: fmt.Sprintf("p%d", j), Node: fmt.Sprintf("node%d", j%2)}); err != nil {
-						errs <- err
-					}
-				}
-			}()
-		}
-		for j := 0; j < pods; j++ {
-			work <- j
-		}
-		close(work)
-		wg.Wait()
+		err = l.CreatePods(context.Background(), pods, func(j int) string { return fmt.Sprintf("p%d", j) })
 		b.StopTimer()
-		close(errs)
-		for err := range errs {
+		if err != nil {
 			b.Error(err)
 		}
 		if err := l.Close(context.Background()); err != nil {

@@ -5,7 +5,7 @@
 # writes a mirror host).
 set -euo pipefail
 
-PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps)
+PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps nginx-light curl busybox-static)
 
 missing=()
 for p in "${PKGS[@]}"; do

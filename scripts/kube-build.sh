@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes binaries the project's test cluster runs (kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubelet, kube-proxy) and kwok, from the Go module
+# proxy, into a cache that later runs reuse (shared/KUBE-LAB.md has the measured recipe).
+# Usage: scripts/kube-build.sh [CACHE_DIR]   (default /var/cache/cnibench/kube-v1.34.10)
+set -euo pipefail
+
+K8S=v1.34.10          # 1.35 kubelets refuse cgroup v1, which this host has
+STAGING=v0.34.10
+KWOK=v0.8.0
+CACHE=${1:-${CNIBENCH_KUBE_CACHE:-/var/cache/cnibench/kube-$K8S}}
+BIN=$CACHE/bin
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+
+have_all() {
+  for b in "${BINARIES[@]}" kwok; do [ -x "$BIN/$b" ] || return 1; done
+}
+if have_all; then
+  echo "kube-build: binaries present in $BIN"
+  exit 0
+fi
+
+mkdir -p "$CACHE/src/stub/sample-apiserver" "$BIN"
+src=$CACHE/src
+# k8s.io/sample-apiserver is not served by the proxy: a stub module stands in for it.
+printf 'module k8s.io/sample-apiserver\n\ngo 1.24\n' > "$src/stub/sample-apiserver/go.mod"
+
+staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
+  cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api
+  cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms
+  kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics
+  mount-utils pod-security-admission sample-cli-plugin sample-controller)
+{
+  echo "module cnibench.local/kubebuild"
+  echo
+  echo "go 1.24"
+  echo
+  echo "require k8s.io/kubernetes $K8S"
+  echo
+  echo "replace ("
+  for m in "${staging[@]}"; do echo "	k8s.io/$m => k8s.io/$m $STAGING"; done
+  echo "	k8s.io/sample-apiserver => ./stub/sample-apiserver"
+  echo ")"
+} > "$src/go.mod"
+printf 'package kubebuild\n' > "$src/doc.go"
+
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34 -X k8s.io/client-go/pkg/version.gitVersion=$K8S"
+cd "$src"
+export GOFLAGS=-mod=mod CGO_ENABLED=0
+start=$(date +%s)
+for b in "${BINARIES[@]}"; do
+  [ -x "$BIN/$b" ] && continue
+  echo "kube-build: building $b $K8S"
+  go build -trimpath -ldflags "$ldflags" -o "$BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b"
+  mv "$BIN/$b.tmp" "$BIN/$b"
+done
+if [ ! -x "$BIN/kwok" ]; then
+  echo "kube-build: building kwok $KWOK"
+  GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK"
+fi
+echo "kube-build: done in $(( $(date +%s) - start )) s: $BIN"

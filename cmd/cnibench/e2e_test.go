@@ -699,6 +699,8 @@ func TestBadInput(t *testing.T) {
 		// cobra's message goes on with "Did you mean this?" and "run" on further lines.
 		{"misspelt subcommand", []string{"rn"}, `unknown command "rn"`},
 		{"unknown lab subcommand", []string{"lab", "frob"}, `unknown command "frob" for "cnibench lab"`},
+		{"image build without --out", []string{"image", "build"}, "--out FILE is required"},
+		{"image build bad format", []string{"image", "build", "--out", "x.tar", "--format", "zip"}, `--format: unknown format "zip"`},
 		{"mtu too small for the overlay", []string{"run", "--scenario", "p2p", "--dataplane", "flannel", "--mtu", "600"}, "leaves pods below 576 bytes"},
 		{"param the scenario does not use", []string{"run", "--scenario", "baseline", "--services", "5"}, "--services: scenario baseline does not use services"},
 		{"stray argument", []string{"run", "extra"}, `takes no arguments, got "extra"`},

@@ -45,6 +45,10 @@ func inNS(name string, fn func() error) error {
 	return ferr
 }
 
+// InNS runs fn on a locked OS thread inside the named namespace (e.g. to create a socket
+// there: a socket belongs to the namespace it was created in, whatever thread uses it later).
+func InNS(name string, fn func() error) error { return inNS(name, fn) }
+
 // createNS creates a named network namespace without moving the caller into it.
 func createNS(name string) error {
 	if _, err := os.Stat(nsPath(name)); err == nil {

@@ -1,0 +1,353 @@
+// Package kubeharness runs the project's own two-node Kubernetes test cluster on one host
+// (shared/KUBE-LAB.md has the measured recipe): Kubernetes binaries built from Go modules,
+// etcd/containerd/runc from Debian, each node in its own network namespace of a lab (so the
+// host's root network namespace stays unchanged), the control plane in node0's namespace and a
+// relay from the host's loopback to the API server. Every process it starts it stops by PID;
+// every mount, cgroup, sysctl and file it causes it removes or restores.
+package kubeharness
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/lab"
+)
+
+// Config describes the test cluster.
+type Config struct {
+	Prefix    string // lab prefix, e.g. "cnbk1234"
+	Dir       string // work directory (default /var/tmp/cnibench-kube/<prefix>)
+	Bin       string // directory with kube-apiserver, kubelet, ... (scripts/kube-build.sh)
+	ProxyMode string // iptables (default) or nftables
+	Image     string // tools image tarball to import on every node ("" = none)
+	Log       io.Writer
+}
+
+// Harness is a running test cluster.
+type Harness struct {
+	cfg        Config
+	lab        *lab.Lab
+	pki        *pki
+	nodes      []nodeInfo
+	procs      []*proc
+	relay      net.Listener
+	Kubeconfig string // admin kubeconfig for clients on the host (through the relay)
+	restore    map[string]string
+	created    []string // host paths that did not exist before and must go
+	mu         sync.Mutex
+}
+
+type nodeInfo struct {
+	name, ns, ip, podCIDR string
+	dir, cgroupRoot       string
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+const (
+	serviceCIDR = "10.96.0.0/16"
+	clusterCIDR = "10.244.0.0/16"
+)
+
+// hostSysctls are the global (non-network) sysctls the kubelet changes; restored on Down.
+var hostSysctls = []string{"kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory"}
+
+// hostPaths are host locations kubelet or containerd write to whatever their configuration.
+var hostPaths = []string{"/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/var/lib/cni", "/run/containerd", "/etc/cni"}
+
+func (h *Harness) logf(format string, args ...any) {
+	if h.cfg.Log != nil {
+		fmt.Fprintf(h.cfg.Log, "kubeharness: "+format+"\n", args...)
+	}
+}
+
+// Up builds the cluster and waits until both nodes are Ready. On error it tears down.
+func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
+	if cfg.ProxyMode == "" {
+		cfg.ProxyMode = "iptables"
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = filepath.Join("/var/tmp/cnibench-kube", cfg.Prefix)
+	}
+	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"} {
+		if _, err := os.Stat(filepath.Join(cfg.Bin, b)); err != nil {
+			return nil, fmt.Errorf("missing %s in %s: run scripts/kube-build.sh", b, cfg.Bin)
+		}
+	}
+	for _, t := range []string{"etcd", "containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter"} {
+		if _, err := exec.LookPath(t); err != nil {
+			return nil, fmt.Errorf("missing %s: install etcd-server containerd runc (scripts/install-deps.sh --kube)", t)
+		}
+	}
+	h = &Harness{cfg: cfg, restore: map[string]string{}}
+	for _, s := range hostSysctls {
+		b, err := os.ReadFile("/proc/sys/" + s)
+		if err != nil {
+			return nil, err
+		}
+		h.restore[s] = strings.TrimSpace(string(b))
+	}
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); os.IsNotExist(err) {
+			h.created = append(h.created, p)
+		}
+	}
+	defer func() {
+		if err != nil {
+			h.logf("up failed: %v; tearing down", err)
+			_ = h.Down()
+			h = nil
+		}
+	}()
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return h, err
+	}
+	if h.lab, err = lab.Up(ctx, lab.Config{Prefix: cfg.Prefix, Dataplane: "node2node", Nodes: 2}); err != nil {
+		return h, err
+	}
+	nodes, _ := h.lab.Nodes(ctx)
+	for i, n := range nodes {
+		ns, _ := h.lab.NodeNS(n.Name)
+		h.nodes = append(h.nodes, nodeInfo{name: n.Name, ns: ns, ip: n.IP, podCIDR: fmt.Sprintf("10.244.%d.0/24", i),
+			dir: filepath.Join(cfg.Dir, n.Name), cgroupRoot: "/" + cfg.Prefix + "-" + n.Name})
+	}
+	// Native routes between the nodes' pod CIDRs (as the bridge CNI has no agent).
+	for _, a := range h.nodes {
+		for _, b := range h.nodes {
+			if a.name != b.name {
+				if err := run("nsenter", "--net=/run/netns/"+a.ns, "--", "ip", "route", "add", b.podCIDR, "via", b.ip); err != nil {
+					return h, err
+				}
+			}
+		}
+	}
+	if err := h.certs(); err != nil {
+		return h, fmt.Errorf("certificates: %w", err)
+	}
+	if err := h.controlPlane(ctx); err != nil {
+		return h, fmt.Errorf("control plane: %w", err)
+	}
+	for _, n := range h.nodes {
+		if err := h.node(ctx, n); err != nil {
+			return h, fmt.Errorf("node %s: %w", n.name, err)
+		}
+	}
+	return h, h.waitNodesReady(ctx, 120*time.Second)
+}
+
+func run(argv ...string) error {
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// start runs argv inside a node's network namespace (nsenter execs the binary, so the PID is
+// the binary's), logging to DIR/logs/NAME.log.
+func (h *Harness) start(name, ns string, argv ...string) error {
+	logDir := filepath.Join(h.cfg.Dir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(logDir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--"}, argv...)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	h.mu.Lock()
+	h.procs = append(h.procs, p)
+	h.mu.Unlock()
+	h.logf("started %s (pid %d)", name, cmd.Process.Pid)
+	return nil
+}
+
+// logTail returns the last lines of a component's log, for error messages.
+func (h *Harness) logTail(name string) string {
+	b, _ := os.ReadFile(filepath.Join(h.cfg.Dir, "logs", name+".log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func (h *Harness) exited(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.procs {
+		if p.name == name {
+			select {
+			case <-p.done:
+				return true
+			default:
+			}
+		}
+	}
+	return false
+}
+
+// Down stops everything in reverse order and restores the host. Idempotent.
+func (h *Harness) Down() error {
+	var errs []error
+	h.mu.Lock()
+	procs := append([]*proc(nil), h.procs...)
+	h.procs = nil
+	h.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		stopProc(procs[i])
+	}
+	if h.relay != nil {
+		h.relay.Close()
+	}
+	// Container processes and shims: everything in our cgroups or naming our directory.
+	for _, pid := range h.strayPIDs() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	time.Sleep(200 * time.Millisecond)
+	errs = append(errs, unmountUnder(h.cfg.Dir))
+	for _, n := range h.nodes {
+		errs = append(errs, removeCgroups(n.cgroupRoot))
+	}
+	if h.lab != nil {
+		errs = append(errs, h.lab.Close(context.Background()))
+	}
+	errs = append(errs, os.RemoveAll(h.cfg.Dir))
+	_ = os.Remove(filepath.Dir(h.cfg.Dir)) // the shared parent, when this was its last cluster
+	for s, v := range h.restore {
+		errs = append(errs, os.WriteFile("/proc/sys/"+s, []byte(v), 0o644))
+	}
+	for _, p := range h.created {
+		errs = append(errs, unmountUnder(p), os.RemoveAll(p))
+	}
+	return errors.Join(errs...)
+}
+
+func stopProc(p *proc) {
+	pgid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// strayPIDs lists processes of this cluster that the harness did not start itself: container
+// processes (in the nodes' cgroups) and containerd shims (their command line names our dir).
+func (h *Harness) strayPIDs() []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		mine := h.cfg.Dir != "" && strings.Contains(string(cl), h.cfg.Dir)
+		for _, n := range h.nodes {
+			mine = mine || strings.Contains(string(cg), n.cgroupRoot+"/")
+		}
+		if mine {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// unmountUnder lazily unmounts every mount point at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var mps []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) > 4 && (fs[4] == dir || strings.HasPrefix(fs[4], dir+"/")) {
+			mps = append(mps, fs[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(mps)))
+	var errs []error
+	for _, m := range mps {
+		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cgroupHierarchies are the cgroup v1 hierarchies a kubelet needs its cgroupRoot in.
+func cgroupHierarchies() []string {
+	ents, _ := os.ReadDir("/sys/fs/cgroup")
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && e.Name() != "unified" {
+			out = append(out, filepath.Join("/sys/fs/cgroup", e.Name()))
+		}
+	}
+	return out
+}
+
+func makeCgroups(root string) error {
+	for _, hier := range cgroupHierarchies() {
+		if err := os.MkdirAll(hier+root, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeCgroups removes a cgroup subtree in every hierarchy, leaves first.
+func removeCgroups(root string) error {
+	var errs []error
+	for _, hier := range cgroupHierarchies() {
+		base := hier + root
+		var dirs []string
+		_ = filepath.WalkDir(base, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
+		for _, d := range dirs {
+			if err := syscall.Rmdir(d); err != nil && err != syscall.ENOENT {
+				errs = append(errs, fmt.Errorf("rmdir %s: %w", d, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -148,7 +148,7 @@ func (h *Harness) controlPlane(ctx context.Context) error {
 		"--kubelet-client-certificate="+p("apiserver-kubelet-client.crt"), "--kubelet-client-key="+p("apiserver-kubelet-client.key"),
 		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file="+p("sa.pub"),
 		"--service-account-signing-key-file="+p("sa.key"), "--authorization-mode=Node,RBAC",
-		"--endpoint-reconciler-type=none", "--allow-privileged=true", "--enable-priority-and-fairness=false",
+		"--endpoint-reconciler-type=none", "--allow-privileged=true", "--kubelet-preferred-address-types=InternalIP", "--enable-priority-and-fairness=false",
 		"--profiling=false"); err != nil {
 		return err
 	}

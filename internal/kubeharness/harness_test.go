@@ -10,7 +10,10 @@ import (
 	"testing"
 
 	"github.com/cnibench/cnibench/internal/image"
+	"github.com/cnibench/cnibench/internal/kube"
 	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/result"
+	"github.com/cnibench/cnibench/internal/scenario"
 )
 
 // binDir is where scripts/kube-build.sh caches the Kubernetes binaries.
@@ -91,5 +94,45 @@ func TestClusterUpDown(t *testing.T) {
 	h := upForTest(t, "iptables")
 	if h.Kubeconfig == "" {
 		t.Fatal("no kubeconfig")
+	}
+}
+
+// TestKubeBackendOnRealCluster runs the p2p and node2node workloads through the kube backend
+// (client-go, pods pinned to nodes, exec) on the real two-node cluster.
+func TestKubeBackendOnRealCluster(t *testing.T) {
+	h := upForTest(t, "iptables")
+	ctx := context.Background()
+	cl, err := kube.New(ctx, kube.Config{Kubeconfig: h.Kubeconfig, RunID: "harness-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close(ctx)
+	nodes, err := cl.Nodes(ctx)
+	if err != nil || len(nodes) != 2 {
+		t.Fatalf("nodes: %v %v", nodes, err)
+	}
+	for _, tc := range []struct{ sc, dp, pl, proto, metric string }{
+		{"p2p", "cluster", "inter", "tcp", "throughput_bps"},
+		{"p2p", "cluster", "intra", "rr", "transactions_per_s"},
+		{"p2p", "cluster", "inter", "udp", "throughput_bps"},
+		{"baseline", "node2node", "inter", "tcp", "throughput_bps"},
+	} {
+		t.Run(tc.sc+"/"+tc.pl+"/"+tc.proto, func(t *testing.T) {
+			sc, _ := scenario.Get(tc.sc)
+			c := result.Case{Scenario: tc.sc, Dataplane: tc.dp, Placement: tc.pl, Protocol: tc.proto, Backend: "kube"}
+			f, err := sc.Setup(ctx, cl, c, scenario.Options{CPUs: [2]int{0, 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close(ctx)
+			m, err := f.Trial(ctx, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Metrics[tc.metric] <= 0 {
+				t.Errorf("%s = %v: %v", tc.metric, m.Metrics[tc.metric], m.Metrics)
+			}
+			t.Logf("%s %s %s: %s=%.4g", tc.sc, tc.pl, tc.proto, tc.metric, m.Metrics[tc.metric])
+		})
 	}
 }

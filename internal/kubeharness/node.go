@@ -144,7 +144,10 @@ func (h *Harness) waitNodesReady(ctx context.Context, timeout time.Duration) err
 			var list struct {
 				Items []struct {
 					Metadata struct{ Name string }
-					Status   struct {
+					Spec     struct {
+						Taints []struct{ Key string }
+					}
+					Status struct {
 						Conditions []struct{ Type, Status, Message string }
 					}
 				}
@@ -152,6 +155,16 @@ func (h *Harness) waitNodesReady(ctx context.Context, timeout time.Duration) err
 			_ = json.NewDecoder(resp.Body).Decode(&list)
 			resp.Body.Close()
 			for _, it := range list.Items {
+				// Ready means usable: the node lifecycle controller has also lifted its
+				// not-ready taint, so pods pinned to the node are admitted.
+				tainted := false
+				for _, tn := range it.Spec.Taints {
+					tainted = tainted || tn.Key == "node.kubernetes.io/not-ready"
+				}
+				if tainted {
+					msg += it.Metadata.Name + ": not-ready taint; "
+					continue
+				}
 				for _, c := range it.Status.Conditions {
 					if c.Type == "Ready" {
 						ready[it.Metadata.Name] = c.Status == "True"

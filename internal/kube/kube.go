@@ -1,0 +1,322 @@
+// Package kube is the kube backend: cluster.Cluster on a real Kubernetes cluster through
+// client-go. Every run gets its own namespace ("cnibench-" and a random suffix, labelled
+// app.kubernetes.io/managed-by=cnibench and cnibench.io/run=<run id>, and open to host-network
+// pods under Pod Security Admission); pods are pinned to nodes with spec.nodeName (no
+// scheduler), commands run through the pods/exec subresource, and Close deletes the namespace
+// with everything in it.
+package kube
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+)
+
+const (
+	// ManagedBy is the label every object this backend creates carries (value ManagedByValue);
+	// Clean deletes the namespaces that have it.
+	ManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is ManagedBy's value.
+	ManagedByValue = "cnibench"
+	// RunLabel records the run id on the run's namespace and pods.
+	RunLabel = "cnibench.io/run"
+	// DefaultImage is the tools image pods run when Config.Image is empty.
+	DefaultImage = "cnibench/tools:latest"
+	// PodSecurityEnforce is the Pod Security Admission label the run namespace sets to
+	// "privileged": the node-to-node baseline needs host-network pods, which the "baseline" and
+	// "restricted" levels (a cluster's default, on some clusters) reject.
+	PodSecurityEnforce = "pod-security.kubernetes.io/enforce"
+	// NamespacePrefix starts every run namespace's name.
+	NamespacePrefix = "cnibench-"
+	// ContainerName is the name of the one container of every pod.
+	ContainerName = "main"
+)
+
+// Timeouts; variables so tests can shorten them.
+var (
+	podTimeout       = 120 * time.Second // pod Running with an IP; pod gone after delete
+	namespaceTimeout = 120 * time.Second // namespace gone after Close
+	readyTimeout     = 30 * time.Second  // server listening after Start
+	pollInterval     = 500 * time.Millisecond
+)
+
+// Config describes a kube backend.
+type Config struct {
+	Kubeconfig     string   // --kubeconfig; "" = $KUBECONFIG, then ~/.kube/config (then in-cluster)
+	RunID          string   // recorded as a label value (sanitized to a valid label value)
+	Nodes          []string // --nodes A,B; empty = choose automatically
+	Image          string   // tools image, default DefaultImage
+	TolerateTaints bool     // use tainted nodes and tolerate every taint
+	PodMTU         int      // pod MTU if known (0 = unknown); reported in Info as "pod_mtu"
+}
+
+// Cluster is a run on a Kubernetes cluster; it implements cluster.Cluster.
+type Cluster struct {
+	cfg   Config
+	cs    kubernetes.Interface
+	rc    *rest.Config   // nil: Exec and Start fail
+	core  rest.Interface // REST client of core/v1 built from rc (for pods/exec)
+	ns    string
+	nodes []cluster.Node
+	info  map[string]any // node details for Info
+
+	mu     sync.Mutex
+	pods   map[string]cluster.Pod
+	procs  map[*process]bool
+	seq    int // log file sequence for Start
+	closed bool
+}
+
+var _ cluster.Cluster = (*Cluster)(nil)
+
+// LoadConfig loads a REST config: the explicit kubeconfig path, else $KUBECONFIG, else
+// ~/.kube/config, else the in-cluster service account.
+func LoadConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	rc.UserAgent = "cnibench"
+	// Start and NodeCPU poll through exec; keep client-side throttling out of the measurements.
+	rc.QPS, rc.Burst = 50, 100
+	return rc, nil
+}
+
+// New loads the kubeconfig, chooses the nodes and creates the run namespace.
+func New(ctx context.Context, cfg Config) (*Cluster, error) {
+	rc, err := LoadConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return NewWithClient(ctx, cs, rc, cfg)
+}
+
+// NewWithClient is New with a given clientset (tests pass a fake one). rc is used for exec
+// only; with rc nil, Exec, Start and NodeCPU return an error.
+func NewWithClient(ctx context.Context, cs kubernetes.Interface, rc *rest.Config, cfg Config) (*Cluster, error) {
+	if cfg.Image == "" {
+		cfg.Image = DefaultImage
+	}
+	c := &Cluster{cfg: cfg, cs: cs, pods: map[string]cluster.Pod{}, procs: map[*process]bool{}}
+	if rc != nil {
+		c.rc = rest.CopyConfig(rc)
+		core, err := corev1client.NewForConfig(c.rc)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes core/v1 client: %w", err)
+		}
+		c.core = core.RESTClient()
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	chosen, err := selectNodes(nodes.Items, cfg.Nodes, cfg.TolerateTaints)
+	if err != nil {
+		return nil, err
+	}
+	c.info = map[string]any{}
+	var kernels, runtimes []string
+	for _, n := range chosen {
+		c.nodes = append(c.nodes, cluster.Node{Name: n.Name, IP: nodeIP(n)})
+		kernels = append(kernels, n.Status.NodeInfo.KernelVersion)
+		runtimes = append(runtimes, n.Status.NodeInfo.ContainerRuntimeVersion)
+	}
+	c.info["node_kernels"], c.info["node_runtimes"] = kernels, runtimes
+	if v, err := cs.Discovery().ServerVersion(); err == nil && v.GitVersion != "" {
+		c.info["kubernetes_version"] = v.GitVersion
+	}
+	if c.ns, err = createNamespace(ctx, cs, cfg.RunID); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Namespace is the run namespace.
+func (c *Cluster) Namespace() string { return c.ns }
+
+// Backend implements cluster.Cluster.
+func (c *Cluster) Backend() string { return "kube" }
+
+// Nodes implements cluster.Cluster: the chosen nodes, in order (sorted by name when chosen
+// automatically, as given otherwise).
+func (c *Cluster) Nodes(ctx context.Context) ([]cluster.Node, error) {
+	return append([]cluster.Node(nil), c.nodes...), nil
+}
+
+// BarePair implements cluster.Cluster: not available on a real cluster.
+func (c *Cluster) BarePair(ctx context.Context, client, server string) (cluster.Pod, cluster.Pod, error) {
+	return cluster.Pod{}, cluster.Pod{}, cluster.Unsupported("the bare veth baseline exists only on the lab backend")
+}
+
+// Info implements cluster.Cluster.
+func (c *Cluster) Info() map[string]any {
+	names := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		names[i] = n.Name
+	}
+	info := map[string]any{"backend": "kube", "namespace": c.ns, "nodes": names, "image": c.cfg.Image}
+	for k, v := range c.info {
+		info[k] = v
+	}
+	if c.cfg.PodMTU > 0 {
+		info["pod_mtu"] = c.cfg.PodMTU
+	}
+	return info
+}
+
+// Close implements cluster.Cluster: deletes the run namespace (foreground propagation) and
+// waits until it is gone. Idempotent.
+func (c *Cluster) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	for p := range c.procs {
+		p.markGone()
+	}
+	c.procs = map[*process]bool{}
+	c.pods = map[string]cluster.Pod{}
+	c.mu.Unlock()
+	if c.ns == "" {
+		return nil
+	}
+	if err := deleteNamespace(ctx, c.cs, c.ns); err != nil {
+		return err
+	}
+	err := poll(ctx, namespaceTimeout, func(ctx context.Context) (bool, error) {
+		_, err := c.cs.CoreV1().Namespaces().Get(ctx, c.ns, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s not gone after %s: %w", c.ns, namespaceTimeout, err)
+	}
+	return nil
+}
+
+// Clean deletes every namespace labelled ManagedBy=cnibench (of any run) and returns their
+// names, sorted. It does not wait for them to finish terminating.
+func Clean(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+	list, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: ManagedBy + "=" + ManagedByValue})
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	var names []string
+	var errs []error
+	for _, ns := range list.Items {
+		if ns.Labels[ManagedBy] != ManagedByValue { // the fake clientset may not filter
+			continue
+		}
+		if err := deleteNamespace(ctx, cs, ns.Name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		names = append(names, ns.Name)
+	}
+	sort.Strings(names)
+	return names, errors.Join(errs...)
+}
+
+func deleteNamespace(ctx context.Context, cs kubernetes.Interface, name string) error {
+	fg := metav1.DeletePropagationForeground
+	err := cs.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &fg})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// createNamespace creates "cnibench-<random>" with the managed-by and run labels, retrying on
+// a name collision.
+func createNamespace(ctx context.Context, cs kubernetes.Interface, runID string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name:   NamespacePrefix + randSuffix(5),
+			Labels: map[string]string{ManagedBy: ManagedByValue, RunLabel: LabelValue(runID), PodSecurityEnforce: "privileged"},
+		}}
+		_, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+		if err == nil {
+			return ns.Name, nil
+		}
+		if !apierrors.IsAlreadyExists(err) || attempt >= 4 {
+			return "", fmt.Errorf("create namespace %s: %w", ns.Name, err)
+		}
+	}
+}
+
+// randSuffix returns n characters of the alphabet Kubernetes uses for generated names.
+func randSuffix(n int) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+// LabelValue turns s into a valid label value: at most 63 characters of [A-Za-z0-9._-],
+// starting and ending with a letter or digit (other characters become '-'; "" stays "").
+func LabelValue(s string) string {
+	b := []byte(s)
+	for i, ch := range b {
+		if !(isAlnum(ch) || ch == '-' || ch == '_' || ch == '.') {
+			b[i] = '-'
+		}
+	}
+	trim := func(b []byte) []byte {
+		return []byte(strings.TrimFunc(string(b), func(r rune) bool { return r > 0x7f || !isAlnum(byte(r)) }))
+	}
+	b = trim(b)
+	if len(b) > 63 {
+		b = trim(b[:63])
+	}
+	return string(b)
+}
+
+func isAlnum(ch byte) bool {
+	return ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9'
+}
+
+// poll calls cond every pollInterval (first at once) until it returns true or an error, or
+// timeout passes, or ctx ends.
+func poll(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		done, err := cond(ctx)
+		if err != nil || done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

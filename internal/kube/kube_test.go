@@ -1,0 +1,565 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	utilexec "k8s.io/client-go/util/exec"
+	"k8s.io/klog/v2"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+)
+
+func TestMain(m *testing.M) {
+	pollInterval = 10 * time.Millisecond
+	readyPoll = 10 * time.Millisecond
+	// The fake exec server's wsstream logs every closed connection.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	os.Exit(m.Run())
+}
+
+type nodeOpt func(*corev1.Node)
+
+func notReady(n *corev1.Node)    { n.Status.Conditions[0].Status = corev1.ConditionFalse }
+func cordoned(n *corev1.Node)    { n.Spec.Unschedulable = true }
+func noCondition(n *corev1.Node) { n.Status.Conditions = nil }
+func taint(k string, e corev1.TaintEffect) nodeOpt {
+	return func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: k, Effect: e}) }
+}
+
+func node(name, ip string, opts ...nodeOpt) *corev1.Node {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeHostName, Address: name},
+				{Type: corev1.NodeExternalIP, Address: "203.0.113.9"},
+				{Type: corev1.NodeInternalIP, Address: ip},
+			},
+			NodeInfo: corev1.NodeSystemInfo{KernelVersion: "6.1.0", ContainerRuntimeVersion: "containerd://2.0.0"},
+		},
+	}
+	for _, o := range opts {
+		o(n)
+	}
+	return n
+}
+
+// twoNodes is a cluster with two usable nodes (given in reverse order).
+func twoNodes() *fake.Clientset {
+	return fake.NewClientset(node("worker-b", "10.0.0.2"), node("worker-a", "10.0.0.1"))
+}
+
+func newCluster(t *testing.T, cs *fake.Clientset, cfg Config) *Cluster {
+	t.Helper()
+	c, err := NewWithClient(context.Background(), cs, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+func TestNamespaceLifecycle(t *testing.T) {
+	ctx := context.Background()
+	cs := twoNodes()
+	c, err := NewWithClient(ctx, cs, nil, Config{RunID: "2026-01-02T03:04:05Z/p2p run"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, c.Namespace(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(ns.Name, "cnibench-") || len(ns.Name) != len("cnibench-")+5 {
+		t.Errorf("namespace name %q", ns.Name)
+	}
+	want := map[string]string{ManagedBy: "cnibench", RunLabel: "2026-01-02T03-04-05Z-p2p-run", PodSecurityEnforce: "privileged"}
+	if !reflect.DeepEqual(ns.Labels, want) {
+		t.Errorf("labels %v, want %v", ns.Labels, want)
+	}
+	if c.Backend() != "kube" {
+		t.Errorf("backend %q", c.Backend())
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, c.Namespace(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("namespace still there after Close: %v", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	// Two runs get different namespaces.
+	c1, c2 := newCluster(t, cs, Config{}), newCluster(t, cs, Config{})
+	if c1.Namespace() == c2.Namespace() {
+		t.Errorf("two runs share namespace %s", c1.Namespace())
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	long := strings.Repeat("a", 62) + "-b" // 64 characters; cut to 63 ends in '-'
+	for in, want := range map[string]string{
+		"":                 "",
+		"run-1":            "run-1",
+		"2026-01-02T03:04": "2026-01-02T03-04",
+		"/x y/":            "x-y",
+		"--a_b.c--":        "a_b.c",
+		"ünï":              "n",
+		long:               strings.Repeat("a", 62),
+	} {
+		if got := LabelValue(in); got != want {
+			t.Errorf("LabelValue(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestNodeSelection(t *testing.T) {
+	ctx := context.Background()
+	nodes := func() *fake.Clientset {
+		return fake.NewClientset(
+			node("n5-ok", "10.0.0.5"),
+			node("n1-ok", "10.0.0.1"),
+			node("n2-notready", "10.0.0.2", notReady),
+			node("n3-cordoned", "10.0.0.3", cordoned),
+			node("n4-noschedule", "10.0.0.4", taint("node-role.kubernetes.io/control-plane", corev1.TaintEffectNoSchedule)),
+			node("n6-noexecute", "10.0.0.6", taint("dedicated", corev1.TaintEffectNoExecute)),
+			node("n7-prefer", "10.0.0.7", taint("soft", corev1.TaintEffectPreferNoSchedule)),
+			node("n8-nocondition", "10.0.0.8", noCondition),
+		)
+	}
+	names := func(c *Cluster) []string {
+		ns, err := c.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, n := range ns {
+			out = append(out, n.Name)
+		}
+		return out
+	}
+
+	c := newCluster(t, nodes(), Config{})
+	if got, want := names(c), []string{"n1-ok", "n5-ok", "n7-prefer"}; !slices.Equal(got, want) {
+		t.Errorf("automatic: %v, want %v", got, want)
+	}
+	if ns, _ := c.Nodes(ctx); ns[0].IP != "10.0.0.1" {
+		t.Errorf("node IP %q, want the InternalIP 10.0.0.1", ns[0].IP)
+	}
+	c = newCluster(t, nodes(), Config{TolerateTaints: true})
+	if got, want := names(c), []string{"n1-ok", "n4-noschedule", "n5-ok", "n6-noexecute", "n7-prefer"}; !slices.Equal(got, want) {
+		t.Errorf("tolerating taints: %v, want %v", got, want)
+	}
+	c = newCluster(t, nodes(), Config{Nodes: []string{"n5-ok", "n1-ok"}})
+	if got, want := names(c), []string{"n5-ok", "n1-ok"}; !slices.Equal(got, want) {
+		t.Errorf("explicit: %v, want %v (given order)", got, want)
+	}
+	// Pinning with nodeName bypasses cordons and NoSchedule: explicit nodes may have them.
+	c = newCluster(t, nodes(), Config{Nodes: []string{"n3-cordoned", "n4-noschedule"}})
+	if got := names(c); len(got) != 2 {
+		t.Errorf("explicit cordoned/NoSchedule nodes: %v", got)
+	}
+	c = newCluster(t, nodes(), Config{Nodes: []string{"n6-noexecute"}, TolerateTaints: true})
+	if got := names(c); len(got) != 1 {
+		t.Errorf("explicit NoExecute node with TolerateTaints: %v", got)
+	}
+
+	for _, tc := range []struct {
+		cfg  Config
+		want []string
+	}{
+		{Config{Nodes: []string{"n1-ok", "nope"}}, []string{`"nope"`, "not found"}},
+		{Config{Nodes: []string{"n2-notready"}}, []string{`"n2-notready"`, "not Ready"}},
+		{Config{Nodes: []string{"n8-nocondition"}}, []string{`"n8-nocondition"`, "not Ready"}},
+		{Config{Nodes: []string{"n6-noexecute"}}, []string{`"n6-noexecute"`, "dedicated:NoExecute", "--tolerate-taints"}},
+		{Config{Nodes: []string{"n1-ok", "n1-ok"}}, []string{`"n1-ok"`, "twice"}},
+	} {
+		cs := nodes()
+		_, err := NewWithClient(ctx, cs, nil, tc.cfg)
+		if err == nil {
+			t.Errorf("%v: no error", tc.cfg.Nodes)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q does not mention %s", tc.cfg.Nodes, err, w)
+			}
+		}
+		if nss, _ := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); len(nss.Items) != 0 {
+			t.Errorf("%v: namespace created despite the error", tc.cfg.Nodes)
+		}
+	}
+
+	none := fake.NewClientset(node("a", "10.0.0.1", notReady), node("b", "10.0.0.2", taint("x", corev1.TaintEffectNoSchedule)))
+	_, err := NewWithClient(ctx, none, nil, Config{})
+	if err == nil || !strings.Contains(err.Error(), "a: not Ready") || !strings.Contains(err.Error(), "b: taint x:NoSchedule") {
+		t.Errorf("no usable node: %v", err)
+	}
+	if _, err := NewWithClient(ctx, fake.NewClientset(), nil, Config{}); err == nil {
+		t.Error("empty cluster: no error")
+	}
+}
+
+// markRunning waits for the pod to appear and gives it status (as the kubelet would).
+func setStatus(t *testing.T, cs *fake.Clientset, ns, name string, status corev1.PodStatus) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			p.Status = status
+			if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+			}
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Errorf("pod %s/%s never created", ns, name)
+}
+
+func running(ip string) corev1.PodStatus {
+	return corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: ip,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+	}
+}
+
+func TestCreatePod(t *testing.T) {
+	ctx := context.Background()
+	cs := twoNodes()
+	c := newCluster(t, cs, Config{RunID: "r1", Image: "example.com/tools:v1", TolerateTaints: true})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(50 * time.Millisecond) // CreatePod has to wait
+		setStatus(t, cs, c.Namespace(), "server", running("10.244.1.7"))
+	}()
+	spec := cluster.PodSpec{Name: "server", Node: "worker-b", Labels: map[string]string{"app": "cnibench", "role": "server"}, HostNetwork: true}
+	p, err := c.CreatePod(ctx, spec)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLabels := map[string]string{"app": "cnibench", "role": "server", ManagedBy: "cnibench", RunLabel: "r1"}
+	want := cluster.Pod{Name: "server", Node: "worker-b", IP: "10.244.1.7", HostNetwork: true, Labels: wantLabels}
+	if !reflect.DeepEqual(p, want) {
+		t.Errorf("pod %+v, want %+v", p, want)
+	}
+	if len(spec.Labels) != 2 {
+		t.Errorf("CreatePod changed the caller's labels: %v", spec.Labels)
+	}
+	obj, err := cs.CoreV1().Pods(c.Namespace()).Get(ctx, "server", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj.Spec.NodeName != "worker-b" || !obj.Spec.HostNetwork || !reflect.DeepEqual(obj.Labels, wantLabels) {
+		t.Errorf("pod object: nodeName %q hostNetwork %v labels %v", obj.Spec.NodeName, obj.Spec.HostNetwork, obj.Labels)
+	}
+	if len(obj.Spec.Containers) != 1 {
+		t.Fatalf("containers: %+v", obj.Spec.Containers)
+	}
+	ct := obj.Spec.Containers[0]
+	if ct.Name != "main" || ct.Image != "example.com/tools:v1" || ct.ImagePullPolicy != corev1.PullIfNotPresent ||
+		!slices.Equal(ct.Command, []string{"/bin/busybox", "sleep", "infinity"}) {
+		t.Errorf("container %+v", ct)
+	}
+	if g := obj.Spec.TerminationGracePeriodSeconds; g == nil || *g != 1 {
+		t.Errorf("terminationGracePeriodSeconds %v", g)
+	}
+	if tol := obj.Spec.Tolerations; len(tol) != 1 || tol[0].Operator != corev1.TolerationOpExists || tol[0].Key != "" {
+		t.Errorf("tolerations %+v, want one tolerating everything", tol)
+	}
+
+	// Default image, no tolerations, pod network.
+	c2 := newCluster(t, cs, Config{})
+	go setStatus(t, cs, c2.Namespace(), "client", running("10.244.0.5"))
+	p2, err := c2.CreatePod(ctx, cluster.PodSpec{Name: "client", Node: "worker-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj2, _ := cs.CoreV1().Pods(c2.Namespace()).Get(ctx, "client", metav1.GetOptions{})
+	if obj2.Spec.Containers[0].Image != DefaultImage || obj2.Spec.Tolerations != nil || obj2.Spec.HostNetwork || p2.IP != "10.244.0.5" {
+		t.Errorf("default pod: image %q tolerations %v hostNetwork %v ip %q", obj2.Spec.Containers[0].Image, obj2.Spec.Tolerations, obj2.Spec.HostNetwork, p2.IP)
+	}
+
+	if _, err := c.CreatePod(ctx, cluster.PodSpec{Name: "x", Node: "elsewhere"}); err == nil || !strings.Contains(err.Error(), `"elsewhere"`) {
+		t.Errorf("unknown node: %v", err)
+	}
+
+	// NodeCPU needs a pod of the run on the node; without a REST config it can't exec.
+	if _, err := c.NodeCPU(ctx, "worker-a"); err == nil || !strings.Contains(err.Error(), "no pod") {
+		t.Errorf("NodeCPU on a node without pods: %v", err)
+	}
+	if _, err := c.NodeCPU(ctx, "worker-b"); err == nil || !strings.Contains(err.Error(), "REST config") {
+		t.Errorf("NodeCPU without REST config: %v", err)
+	}
+
+	if err := c.DeletePod(ctx, "server"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods(c.Namespace()).Get(ctx, "server", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod still there after DeletePod: %v", err)
+	}
+	if _, err := c.NodeCPU(ctx, "worker-b"); err == nil || !strings.Contains(err.Error(), "no pod") {
+		t.Errorf("NodeCPU after the node's pod was deleted: %v", err)
+	}
+	if err := c.DeletePod(ctx, "server"); err != nil {
+		t.Errorf("deleting a deleted pod: %v", err)
+	}
+}
+
+func TestCreatePodFailsEarly(t *testing.T) {
+	ctx := context.Background()
+	for reason, status := range map[string]corev1.PodStatus{
+		"ErrImagePull": {Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "pull access denied for cnibench/tools"}}}}},
+		"ImagePullBackOff": {Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}}}},
+		"OutOfcpu": {Phase: corev1.PodFailed, Reason: "OutOfcpu", Message: "Pod was rejected: Node didn't have enough resource: cpu"},
+		"exit code 127": {Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: 127, Reason: "Error"}}}}},
+	} {
+		cs := twoNodes()
+		c := newCluster(t, cs, Config{})
+		go setStatus(t, cs, c.Namespace(), "server", status)
+		start := time.Now()
+		_, err := c.CreatePod(ctx, cluster.PodSpec{Name: "server", Node: "worker-a"})
+		if err == nil || !strings.Contains(err.Error(), reason) {
+			t.Errorf("%s: error %v", reason, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%s: took %s, want an early failure", reason, d)
+		}
+		if _, err := cs.CoreV1().Pods(c.Namespace()).Get(ctx, "server", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: failed pod not deleted: %v", reason, err)
+		}
+	}
+	cs := twoNodes()
+	c := newCluster(t, cs, Config{})
+	go setStatus(t, cs, c.Namespace(), "server", status("ErrImagePull", "rpc error: not found"))
+	if _, err := c.CreatePod(ctx, cluster.PodSpec{Name: "server", Node: "worker-a"}); err == nil || !strings.Contains(err.Error(), "rpc error: not found") {
+		t.Errorf("ErrImagePull message missing: %v", err)
+	}
+}
+
+func status(reason, msg string) corev1.PodStatus {
+	return corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}}}
+}
+
+func TestCreatePodTimeout(t *testing.T) {
+	defer func(d time.Duration) { podTimeout = d }(podTimeout)
+	podTimeout = 300 * time.Millisecond
+	ctx := context.Background()
+	cs := twoNodes()
+	c := newCluster(t, cs, Config{})
+	_, err := cs.CoreV1().Events(c.Namespace()).Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "server.1", Namespace: c.Namespace()},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "server", Namespace: c.Namespace()},
+		Type:           corev1.EventTypeWarning, Reason: "FailedCreatePodSandBox",
+		Message: "plugin type=\"calico\" failed (add): connection refused",
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go setStatus(t, cs, c.Namespace(), "server", status("ContainerCreating", ""))
+	_, err = c.CreatePod(ctx, cluster.PodSpec{Name: "server", Node: "worker-a"})
+	for _, w := range []string{"not running after", "ContainerCreating", "FailedCreatePodSandBox", "calico"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("timeout error %v does not mention %s", err, w)
+		}
+	}
+}
+
+func TestClean(t *testing.T) {
+	ctx := context.Background()
+	ns := func(name string, labels map[string]string) *corev1.Namespace {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	}
+	cs := fake.NewClientset(
+		ns("cnibench-b2c4d", map[string]string{ManagedBy: "cnibench", RunLabel: "r1"}),
+		ns("cnibench-x7z9q", map[string]string{ManagedBy: "cnibench"}),
+		ns("cnibench-lookalike", nil),
+		ns("monitoring", map[string]string{ManagedBy: "Helm"}),
+		ns("default", nil),
+	)
+	names, err := Clean(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"cnibench-b2c4d", "cnibench-x7z9q"}; !slices.Equal(names, want) {
+		t.Errorf("Clean deleted %v, want %v", names, want)
+	}
+	list, _ := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	var left []string
+	for _, n := range list.Items {
+		left = append(left, n.Name)
+	}
+	slices.Sort(left)
+	if want := []string{"cnibench-lookalike", "default", "monitoring"}; !slices.Equal(left, want) {
+		t.Errorf("left %v, want %v", left, want)
+	}
+	if names, err := Clean(ctx, cs); err != nil || len(names) != 0 {
+		t.Errorf("second Clean: %v %v", names, err)
+	}
+}
+
+func TestBarePairUnsupported(t *testing.T) {
+	c := newCluster(t, twoNodes(), Config{})
+	_, _, err := c.BarePair(context.Background(), "worker-a", "worker-a")
+	if !errors.Is(err, cluster.ErrUnsupported) {
+		t.Errorf("BarePair: %v, want ErrUnsupported", err)
+	}
+}
+
+func TestInfo(t *testing.T) {
+	c := newCluster(t, twoNodes(), Config{PodMTU: 1450})
+	info := c.Info()
+	if info["backend"] != "kube" || info["namespace"] != c.Namespace() || !reflect.DeepEqual(info["nodes"], []string{"worker-a", "worker-b"}) {
+		t.Errorf("info %v", info)
+	}
+	if mtu, ok := info["pod_mtu"].(int); !ok || mtu != 1450 { // scenario.udpLen reads an int
+		t.Errorf("pod_mtu %#v", info["pod_mtu"])
+	}
+	if !reflect.DeepEqual(info["node_kernels"], []string{"6.1.0", "6.1.0"}) {
+		t.Errorf("node_kernels %#v", info["node_kernels"])
+	}
+	if _, ok := newCluster(t, twoNodes(), Config{}).Info()["pod_mtu"]; ok {
+		t.Error("pod_mtu reported while unknown")
+	}
+}
+
+func TestExecWithoutRESTConfig(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, twoNodes(), Config{})
+	if _, err := c.Exec(ctx, "server", []string{"true"}); err == nil {
+		t.Error("Exec without REST config: no error")
+	}
+	if _, err := c.Start(ctx, "server", []string{"iperf3", "-s"}, cluster.Ready{TCPPort: 5201}); err == nil {
+		t.Error("Start without REST config: no error")
+	}
+	if _, err := c.Start(ctx, "server", []string{"iperf3", "-s"}, cluster.Ready{}); err == nil {
+		t.Error("Start without REST config and readiness: no error")
+	}
+	if _, err := c.Exec(ctx, "server", nil); err == nil {
+		t.Error("empty argv: no error")
+	}
+}
+
+func TestExecRequest(t *testing.T) {
+	core, err := corev1client.NewForConfig(&rest.Config{Host: "https://api.example:6443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{"taskset", "-c", "1", "iperf3", "-c", "10.244.1.7", "--title", "a b; $(rm -rf /) `x` '\"", "*"}
+	opts := execOptions(argv)
+	if opts.Container != "main" || !opts.Stdout || !opts.Stderr || opts.Stdin || opts.TTY || !slices.Equal(opts.Command, argv) {
+		t.Errorf("exec options %+v", opts)
+	}
+	argv[0] = "changed"
+	if opts.Command[0] != "taskset" {
+		t.Error("exec options alias the caller's argv")
+	}
+	u := execURL(core.RESTClient(), "cnibench-b2c4d", "client", opts)
+	if u.Scheme != "https" || u.Host != "api.example:6443" || u.Path != "/api/v1/namespaces/cnibench-b2c4d/pods/client/exec" {
+		t.Errorf("exec URL %s", u)
+	}
+	q := u.Query()
+	if !slices.Equal(q["command"], opts.Command) {
+		t.Errorf("command parameters %q, want %q", q["command"], opts.Command)
+	}
+	if q.Get("container") != "main" || q.Get("stdout") != "true" || q.Get("stderr") != "true" || q.Has("stdin") || q.Has("tty") {
+		t.Errorf("exec query %v", q)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	if code, ok := exitCode(errors.Join(errors.New("x"), utilexec.CodeExitError{Err: errors.New("command terminated with exit code 3"), Code: 3})); !ok || code != 3 {
+		t.Errorf("CodeExitError: %d %v", code, ok)
+	}
+	if code, ok := exitCode(&utilexec.CodeExitError{Err: errors.New("x"), Code: 1}); !ok || code != 1 {
+		t.Errorf("*CodeExitError: %d %v", code, ok)
+	}
+	if _, ok := exitCode(errors.New("unable to upgrade connection")); ok {
+		t.Error("plain error taken for an exit code")
+	}
+	if _, ok := exitCode(nil); ok {
+		t.Error("nil taken for an exit code")
+	}
+}
+
+func TestStartArgv(t *testing.T) {
+	argv := []string{"echo", "a  b", "$(id)", ";", "`x`", "*", "'", `"`, "$1", ""}
+	got := startArgv("/tmp/cnb-7.log", argv)
+	want := append([]string{"/bin/busybox", "sh", "-c", startScript, "sh", "/tmp/cnb-7.log"}, argv...)
+	if !slices.Equal(got, want) {
+		t.Errorf("start argv %q", got)
+	}
+	// The script runs with real busybox (as in the tools image): nothing in argv is
+	// interpreted, and the printed PID is the server's own.
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Skip("no busybox here")
+	}
+	run := func(log string, argv ...string) int {
+		t.Helper()
+		a := startArgv(log, argv)
+		a[0] = bb
+		out, err := exec.Command(a[0], a[1:]...).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+		if err != nil {
+			t.Fatalf("start printed %q", out)
+		}
+		return pid
+	}
+	dir := t.TempDir()
+	log := filepath.Join(dir, "echo.log")
+	run(log, append([]string{bb}, argv...)...)
+	deadline := time.Now().Add(5 * time.Second)
+	var b []byte
+	for time.Now().Before(deadline) {
+		if b, _ = os.ReadFile(log); len(b) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if want := strings.Join(argv[1:], " ") + "\n"; string(b) != want {
+		t.Errorf("log %q, want %q", b, want)
+	}
+	pid := run(filepath.Join(dir, "sleep.log"), bb, "sleep", "30")
+	defer func() { _ = exec.Command("kill", strconv.Itoa(pid)).Run() }()
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := procState(stat); !ok || st == "Z" {
+		t.Errorf("started PID %d state %q", pid, st)
+	}
+	if cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); !strings.Contains(string(cmd), "sleep\x0030") {
+		t.Errorf("PID %d is %q, not the server", pid, cmd)
+	}
+}

@@ -6,7 +6,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin/cnibench
 
-.PHONY: all deps build demo test vet fmt-check bench clean check-leftovers
+.PHONY: all deps build demo test e2e vet fmt-check bench clean check-leftovers
 
 all: build
 
@@ -32,9 +32,19 @@ test: build vet fmt-check
 # The suite ends by checking that no test object (prefix cnbt / cnbe2e / cnbdoc) is left on the host.
 check-leftovers:
 	@left=$$(ls /run/netns 2>/dev/null | grep -E '^cnb(t|e2e|doc)' || true); \
+	 kube=$$(ls /var/tmp/cnibench-kube 2>/dev/null || true); \
 	 state=$$(ls /run/cnibench 2>/dev/null | grep -E '^cnb(t|e2e)' || true); \
-	 if [ -n "$$left$$state" ]; then echo "leftovers after tests: $$left $$state"; exit 1; fi; \
+	 if [ -n "$$left$$state$$kube" ]; then echo "leftovers after tests: $$left $$state $$kube"; exit 1; fi; \
 	 echo "check-leftovers: nothing with a test prefix left behind"
+
+# The real two-node Kubernetes test cluster (shared/KUBE-LAB.md): Kubernetes binaries built from
+# Go modules into /var/cache/cnibench (cold: several minutes), etcd/containerd/runc from Debian;
+# brings the cluster up in lab namespaces, runs the kube backend and the CLI on it, tears down.
+e2e: build
+	bash scripts/install-deps.sh --kube
+	bash scripts/kube-build.sh
+	CNIBENCH_KUBE_E2E=1 $(GO) test -count=1 -timeout 30m -run TestRealCluster -v ./internal/kubeharness/
+	$(MAKE) --no-print-directory check-leftovers
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./internal/lab/

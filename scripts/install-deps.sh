@@ -6,6 +6,10 @@
 set -euo pipefail
 
 PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps nginx-light curl busybox-static)
+# --kube: also what the project's own Kubernetes test cluster runs on (make e2e).
+if [ "${1:-}" = "--kube" ]; then
+  PKGS+=(etcd-server containerd runc)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do

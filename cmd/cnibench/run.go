@@ -16,6 +16,7 @@ import (
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/doctor"
 	"github.com/cnibench/cnibench/internal/driver"
+	"github.com/cnibench/cnibench/internal/kube"
 	"github.com/cnibench/cnibench/internal/lab"
 	"github.com/cnibench/cnibench/internal/plan"
 	"github.com/cnibench/cnibench/internal/report"
@@ -45,8 +46,15 @@ var caseFlags = []struct{ name, help string }{
 	{"nodes", "lab nodes (default 2)"},
 }
 
+// kubeFlags are the kube backend's options.
+type kubeFlags struct {
+	kubeconfig, image, nodes string
+	tolerate                 bool
+}
+
 func newRunCmd() *cobra.Command {
 	var planFile, backend, out, resume, output string
+	var kf kubeFlags
 	vals := map[string]*string{}
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -67,7 +75,7 @@ Examples:
 					set[name] = *v
 				}
 			}
-			return runRun(cmd, planFile, set, backend, out, resume, output)
+			return runRun(cmd, planFile, set, backend, out, resume, output, kf)
 		},
 	}
 	f := cmd.Flags()
@@ -79,17 +87,18 @@ Examples:
 	f.StringVar(&out, "out", "", "run directory (default runs/<UTC timestamp>-<plan or scenario>)")
 	f.StringVar(&resume, "resume", "", "finish the run in DIR, skipping trials already recorded")
 	f.StringVar(&output, "output", "table", "what to print at the end: table or json")
+	f.StringVar(&kf.kubeconfig, "kubeconfig", "", "kube backend: kubeconfig (default $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&kf.image, "image", kube.DefaultImage, "kube backend: tools image (build it with 'cnibench image build')")
+	f.StringVar(&kf.nodes, "kube-nodes", "", "kube backend: the two nodes to use, A,B (default: two Ready, schedulable nodes)")
+	f.BoolVar(&kf.tolerate, "tolerate-taints", false, "kube backend: also use tainted nodes, tolerating their taints")
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend, out, resume, output string) error {
+func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend, out, resume, output string, kf kubeFlags) error {
 	if output != "table" && output != "json" {
 		return usagef("--output: unknown format %q (valid: table, json)", output)
 	}
-	if backend == "kube" {
-		return usagef("--backend kube: the kube backend is not built yet; use --backend lab")
-	}
-	if backend != "lab" {
+	if backend != "lab" && backend != "kube" {
 		return usagef("--backend: unknown backend %q (valid: lab, kube)", backend)
 	}
 	var (
@@ -118,7 +127,14 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend,
 			return usagef("--out %s already holds a run: use --resume %s to finish it, or another --out", out, out)
 		}
 	}
-	if err := preflight(cases); err != nil {
+	if len(cases) > 0 && cases[0].Case.Backend == "kube" {
+		backend = "kube" // a resumed run keeps its backend
+	}
+	if backend == "kube" {
+		if _, err := kube.LoadConfig(kf.kubeconfig); err != nil {
+			return usagef("--backend kube: %v (give --kubeconfig FILE)", err)
+		}
+	} else if err := preflight(cases); err != nil {
 		return err
 	}
 	if resume == "" {
@@ -137,6 +153,10 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend,
 	opt := runner.Options{
 		Dir: out, RunID: runID, Environment: environment(os.Args[1:]), Progress: runner.NewProgress(stderr, tty),
 		NewCluster: func(ctx context.Context, k runner.ClusterKey) (cluster.Cluster, error) {
+			if k.Backend == "kube" {
+				return kube.New(ctx, kube.Config{Kubeconfig: kf.kubeconfig, RunID: runID, Image: kf.image,
+					Nodes: plan.ParseList(kf.nodes), TolerateTaints: kf.tolerate})
+			}
 			return lab.Up(ctx, lab.Config{Prefix: newPrefix(), Dataplane: k.Dataplane, Nodes: k.Nodes, MTU: k.MTU})
 		},
 	}
@@ -203,6 +223,9 @@ func expandCases(planFile string, set map[string]string, backend string) ([]resu
 	if len(cases) == 0 {
 		return nil, "", usagef("the plan expands to no cases")
 	}
+	if backend == "kube" {
+		return kubeCases(cases), time.Now().UTC().Format("20060102T150405Z") + "-" + name, nil
+	}
 	// The case labels carry the effective data-plane parts.
 	for i := range cases {
 		c := &cases[i].Case
@@ -220,6 +243,26 @@ func expandCases(planFile string, set map[string]string, backend string) ([]resu
 		}
 	}
 	return cases, time.Now().UTC().Format("20060102T150405Z") + "-" + name, nil
+}
+
+// kubeCases maps lab cases onto a real cluster: pod cases run on the cluster's own data plane
+// (dataplane "cluster"), baselines keep their names (bare is skipped there: no bare veth pair
+// on a cluster). Cases that become identical are planned once.
+func kubeCases(cases []result.CaseSpec) []result.CaseSpec {
+	var out []result.CaseSpec
+	seen := map[string]bool{}
+	for _, cs := range cases {
+		c := &cs.Case
+		if c.Scenario != "baseline" {
+			c.Dataplane, c.Attach, c.Overlay, c.Proxy, c.Policy = "cluster", "", "", "", ""
+		}
+		c.ID = c.MakeID()
+		if !seen[c.ID] {
+			seen[c.ID] = true
+			out = append(out, cs)
+		}
+	}
+	return out
 }
 
 // preflight checks, before anything is created, that this host can run the cases: root, the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,6 +29,9 @@ func binDir() string {
 // nothing is left behind.
 func upForTest(t *testing.T, mode string) *Harness {
 	t.Helper()
+	if os.Getenv("CNIBENCH_KUBE_E2E") != "1" {
+		t.Skip("the real-cluster test runs with `make e2e` (CNIBENCH_KUBE_E2E=1): it builds Kubernetes from Go modules")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
@@ -90,17 +94,64 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func TestClusterUpDown(t *testing.T) {
+
+// TestRealCluster brings the two-node cluster up (kube-proxy in iptables mode), runs the
+// workloads through the kube backend directly and then the whole CLI against it, and tears it
+// down to nothing (checked in upForTest's cleanup).
+func TestRealCluster(t *testing.T) {
 	h := upForTest(t, "iptables")
-	if h.Kubeconfig == "" {
-		t.Fatal("no kubeconfig")
+	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
+	t.Run("cli", func(t *testing.T) { cliOnCluster(t, h) })
+}
+
+// cliOnCluster runs `cnibench run --backend kube` with the demo plan's cases on the cluster.
+func cliOnCluster(t *testing.T, h *Harness) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "cnibench")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/cnibench").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v: %s", err, out)
+	}
+	runDir := filepath.Join(dir, "run")
+	cmd := exec.Command(bin, "run", "--backend", "kube", "--kubeconfig", h.Kubeconfig, "--plan", "../../plans/quick.yaml",
+		"--repeat", "2", "--duration", "1", "--warmup", "0", "--out", runDir)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("cnibench run --backend kube: %v", err)
+	}
+	sum, err := result.ReadSummary(runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := map[string]string{}
+	for _, r := range sum.Results {
+		status[r.Case.ID] = r.Status
+		if r.Case.Backend != "kube" {
+			t.Errorf("%s: backend %q", r.Case.ID, r.Case.Backend)
+		}
+	}
+	for _, pl := range []string{"intra", "inter"} {
+		for _, proto := range []string{"tcp", "udp", "rr", "crr"} {
+			for _, id := range []string{"p2p/cluster/" + pl + "/" + proto, "baseline/node2node/" + pl + "/" + proto} {
+				if status[id] != "ok" {
+					t.Errorf("%s: status %q", id, status[id])
+				}
+			}
+		}
+	}
+	if status["baseline/bare/intra/tcp"] != "skipped" {
+		t.Errorf("bare baseline on kube: %q, want skipped", status["baseline/bare/intra/tcp"])
+	}
+	// The run deleted its namespaces; kube clean finds nothing left.
+	out, err = exec.Command(bin, "kube", "clean", "--kubeconfig", h.Kubeconfig).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "0 namespaces deleted") {
+		t.Errorf("kube clean after a run: %v: %s", err, out)
 	}
 }
 
-// TestKubeBackendOnRealCluster runs the p2p and node2node workloads through the kube backend
-// (client-go, pods pinned to nodes, exec) on the real two-node cluster.
-func TestKubeBackendOnRealCluster(t *testing.T) {
-	h := upForTest(t, "iptables")
+// backendOnCluster runs the p2p and node2node workloads through the kube backend (client-go,
+// pods pinned to nodes, exec) on the real cluster.
+func backendOnCluster(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	cl, err := kube.New(ctx, kube.Config{Kubeconfig: h.Kubeconfig, RunID: "harness-test"})
 	if err != nil {

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/cnibench/cnibench/internal/kube"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+)
+
+func newKubeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "kube",
+		Short: "Kube backend housekeeping",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for \"cnibench kube\" (valid: clean)", args[0])
+			}
+			return cmd.Help()
+		},
+	}
+	var kubeconfig string
+	clean := &cobra.Command{
+		Use:   "clean",
+		Short: "Delete every namespace cnibench created (label " + kube.ManagedBy + "=" + kube.ManagedByValue + "); nothing else is touched",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rc, err := kube.LoadConfig(kubeconfig)
+			if err != nil {
+				return usagef("%v (give --kubeconfig FILE)", err)
+			}
+			cs, err := kubernetes.NewForConfig(rc)
+			if err != nil {
+				return err
+			}
+			names, err := kube.Clean(cmd.Context(), cs)
+			for _, n := range names {
+				fmt.Fprintf(cmd.OutOrStdout(), "deleting namespace %s\n", n)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "kube clean: %d namespaces deleted\n", len(names))
+			return nil
+		},
+	}
+	clean.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default $KUBECONFIG, then ~/.kube/config)")
+	cmd.AddCommand(clean)
+	return cmd
+}

@@ -9,16 +9,7 @@ import (
 )
 
 func newImageCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "image",
-		Short: "Build the tools image used on real Kubernetes clusters",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown command %q for \"cnibench image\" (valid: build)", args[0])
-			}
-			return cmd.Help()
-		},
-	}
+	cmd := group("image", "Build the tools image used on real Kubernetes clusters")
 	var out, tag, format string
 	build := &cobra.Command{
 		Use:   "build",

@@ -9,16 +9,7 @@ import (
 )
 
 func newKubeCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "kube",
-		Short: "Kube backend housekeeping",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown command %q for \"cnibench kube\" (valid: clean)", args[0])
-			}
-			return cmd.Help()
-		},
-	}
+	cmd := group("kube", "Kube backend housekeeping")
 	var kubeconfig string
 	clean := &cobra.Command{
 		Use:   "clean",

@@ -14,16 +14,7 @@ import (
 )
 
 func newLabCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "lab",
-		Short: "Keep a lab cluster standing for exploration, or remove leftovers",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown command %q for \"cnibench lab\" (valid: up, down, clean)", args[0])
-			}
-			return cmd.Help()
-		},
-	}
+	cmd := group("lab", "Keep a lab cluster standing for exploration, or remove leftovers")
 	var dp, prefix string
 	var nodes, mtu, pods int
 	up := &cobra.Command{

@@ -56,6 +56,25 @@ func newVersionCmd() *cobra.Command {
 	}
 }
 
+// group is a command that only holds subcommands: without one it prints its help, with an
+// unknown one it fails as a usage error (cobra checks names only on the root).
+func group(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				var valid []string
+				for _, c := range cmd.Commands() {
+					valid = append(valid, c.Name())
+				}
+				return usagef("unknown command %q for \"%s\" (valid: %s)", args[0], cmd.CommandPath(), strings.Join(valid, ", "))
+			}
+			return cmd.Help()
+		},
+	}
+}
+
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return usagef("%s takes no arguments, got %q (see 'cnibench %s --help')", cmd.CommandPath(), args[0], cmd.Name())

@@ -1,12 +1,10 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/url"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -51,25 +49,6 @@ func newExecutor(rc *rest.Config, u *url.URL) (remotecommand.Executor, error) {
 	})
 }
 
-// lockedBuffer is a bytes.Buffer safe for a writer and concurrent readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-// Bytes returns a copy of the contents.
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]byte(nil), b.b.Bytes()...)
-}
-
 // exitCode extracts a command's exit status from a stream error.
 func exitCode(err error) (int, bool) {
 	var ee utilexec.ExitError
@@ -94,7 +73,7 @@ func (c *Cluster) Exec(ctx context.Context, pod string, argv []string) (cluster.
 		return cluster.ExecResult{}, fmt.Errorf("exec in pod %s: %w", pod, err)
 	}
 	// On cancellation StreamWithContext returns while its copiers may still write.
-	var stdout, stderr lockedBuffer
+	var stdout, stderr cluster.LockedBuffer
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
 	res := cluster.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if ctx.Err() != nil {

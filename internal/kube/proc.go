@@ -326,7 +326,7 @@ func (c *Cluster) NodeCPU(ctx context.Context, node string) (cluster.CPUSample, 
 			err = fmt.Errorf("cat /proc/stat exited %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 		}
 		if err == nil {
-			return parseProcStat(res.Stdout)
+			return cluster.ParseProcStat(res.Stdout)
 		}
 		if ctx.Err() != nil {
 			return cluster.CPUSample{}, ctx.Err()
@@ -334,22 +334,4 @@ func (c *Cluster) NodeCPU(ctx context.Context, node string) (cluster.CPUSample, 
 		errs = append(errs, fmt.Errorf("pod %s: %w", pod, err))
 	}
 	return cluster.CPUSample{}, fmt.Errorf("node %s CPU: %w", node, errors.Join(errs...))
-}
-
-// parseProcStat parses the aggregate "cpu" line (the first) of /proc/stat.
-func parseProcStat(b []byte) (cluster.CPUSample, error) {
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return cluster.CPUSample{}, fmt.Errorf("unexpected /proc/stat first line %q", line)
-	}
-	v := make([]uint64, 8)
-	for i := range v {
-		n, err := strconv.ParseUint(f[i+1], 10, 64)
-		if err != nil {
-			return cluster.CPUSample{}, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
-		}
-		v[i] = n
-	}
-	return cluster.CPUSample{User: v[0], Nice: v[1], System: v[2], Idle: v[3], IOWait: v[4], IRQ: v[5], SoftIRQ: v[6], Steal: v[7]}, nil
 }

@@ -57,7 +57,7 @@ func TestListeningPorts(t *testing.T) {
 
 func TestParseProcStat(t *testing.T) {
 	b := readTestdata(t, "proc_stat.txt")
-	s, err := parseProcStat(b)
+	s, err := cluster.ParseProcStat(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +76,11 @@ func TestParseProcStat(t *testing.T) {
 		t.Error("zero total")
 	}
 	// Followed by the per-CPU lines, as cat /proc/stat prints it.
-	if s2, err := parseProcStat(append(append([]byte{}, b...), "cpu0 1 2 3 4 5 6 7 8 0 0\n"...)); err != nil || s2 != s {
+	if s2, err := cluster.ParseProcStat(append(append([]byte{}, b...), "cpu0 1 2 3 4 5 6 7 8 0 0\n"...)); err != nil || s2 != s {
 		t.Errorf("with more lines: %+v %v", s2, err)
 	}
 	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 3\n", "cpu 1 2 3 4 5 6 7 x 0 0\n"} {
-		if _, err := parseProcStat([]byte(bad)); err == nil {
+		if _, err := cluster.ParseProcStat([]byte(bad)); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}

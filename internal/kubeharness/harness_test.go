@@ -94,7 +94,6 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-
 // TestRealCluster brings the two-node cluster up (kube-proxy in iptables mode), runs the
 // workloads through the kube backend directly and then the whole CLI against it, and tears it
 // down to nothing (checked in upForTest's cleanup).

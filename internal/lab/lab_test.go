@@ -65,14 +65,14 @@ func TestUpRejectsBadInputWithoutTouchingHost(t *testing.T) {
 }
 
 func TestParseProcStat(t *testing.T) {
-	s, err := parseProcStat([]byte("cpu  10 1 20 300 4 5 6 7 0 0\ncpu0 1 2 3\n"))
+	s, err := cluster.ParseProcStat([]byte("cpu  10 1 20 300 4 5 6 7 0 0\ncpu0 1 2 3\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.User != 10 || s.SoftIRQ != 6 || s.Steal != 7 || s.Total() != 353 {
 		t.Errorf("%+v", s)
 	}
-	if _, err := parseProcStat([]byte("intr 1 2\n")); err == nil {
+	if _, err := cluster.ParseProcStat([]byte("intr 1 2\n")); err == nil {
 		t.Error("bad first line accepted")
 	}
 	a := cluster.CPUSample{User: 0, Idle: 100}

@@ -17,30 +17,12 @@ import (
 	"github.com/cnibench/cnibench/internal/cluster"
 )
 
-// lockedBuffer is a bytes.Buffer safe for a writer and concurrent readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]byte(nil), b.b.Bytes()...)
-}
-
 // proc is a long-running process in a pod.
 type proc struct {
 	lab  *Lab
 	pod  string
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *cluster.LockedBuffer
 	done chan struct{}
 	once sync.Once
 }
@@ -112,7 +94,7 @@ func (l *Lab) Start(ctx context.Context, podName string, argv []string, ready cl
 	if len(argv) == 0 {
 		return nil, errors.New("empty command")
 	}
-	out := &lockedBuffer{}
+	out := &cluster.LockedBuffer{}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own process group so Stop reaches children; die with cnibench if it is killed.
@@ -196,24 +178,7 @@ func HostCPU() (cluster.CPUSample, error) {
 	if err != nil {
 		return cluster.CPUSample{}, err
 	}
-	return parseProcStat(b)
-}
-
-func parseProcStat(b []byte) (cluster.CPUSample, error) {
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return cluster.CPUSample{}, fmt.Errorf("unexpected /proc/stat first line %q", line)
-	}
-	v := make([]uint64, 8)
-	for i := range v {
-		n, err := strconv.ParseUint(f[i+1], 10, 64)
-		if err != nil {
-			return cluster.CPUSample{}, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
-		}
-		v[i] = n
-	}
-	return cluster.CPUSample{User: v[0], Nice: v[1], System: v[2], Idle: v[3], IOWait: v[4], IRQ: v[5], SoftIRQ: v[6], Steal: v[7]}, nil
+	return cluster.ParseProcStat(b)
 }
 
 // nsPIDs lists the processes (other than this one) whose network namespace is the named one.

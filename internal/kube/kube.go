@@ -137,16 +137,12 @@ func NewWithClient(ctx context.Context, cs kubernetes.Interface, rc *rest.Config
 	if err != nil {
 		return nil, err
 	}
-	c.info = map[string]any{}
-	var kernels, runtimes []string
 	for _, n := range chosen {
 		c.nodes = append(c.nodes, cluster.Node{Name: n.Name, IP: nodeIP(n)})
-		kernels = append(kernels, n.Status.NodeInfo.KernelVersion)
-		runtimes = append(runtimes, n.Status.NodeInfo.ContainerRuntimeVersion)
 	}
-	c.info["node_kernels"], c.info["node_runtimes"] = kernels, runtimes
-	if v, err := cs.Discovery().ServerVersion(); err == nil && v.GitVersion != "" {
-		c.info["kubernetes_version"] = v.GitVersion
+	// The environment record of the run: versions, node kernels and CPUs, CNI, kube-proxy mode.
+	if c.info, err = c.Facts(ctx); err != nil {
+		return nil, fmt.Errorf("cluster facts: %w", err)
 	}
 	if c.ns, err = createNamespace(ctx, cs, cfg.RunID); err != nil {
 		return nil, err

@@ -442,8 +442,12 @@ func TestInfo(t *testing.T) {
 	if mtu, ok := info["pod_mtu"].(int); !ok || mtu != 1450 { // scenario.udpLen reads an int
 		t.Errorf("pod_mtu %#v", info["pod_mtu"])
 	}
-	if !reflect.DeepEqual(info["node_kernels"], []string{"6.1.0", "6.1.0"}) {
-		t.Errorf("node_kernels %#v", info["node_kernels"])
+	// The environment facts (Facts) are part of Info.
+	if k, ok := info["node_kernel"].(map[string]string); !ok || k["worker-a"] != "6.1.0" || k["worker-b"] != "6.1.0" {
+		t.Errorf("node_kernel %#v", info["node_kernel"])
+	}
+	if _, ok := info["cni"]; !ok {
+		t.Errorf("no cni fact in %v", info)
 	}
 	if _, ok := newCluster(t, twoNodes(), Config{}).Info()["pod_mtu"]; ok {
 		t.Error("pod_mtu reported while unknown")

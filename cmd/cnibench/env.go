@@ -21,7 +21,6 @@ func environment(args []string) map[string]any {
 		"cpu_count":        runtime.NumCPU(),
 		"command":          strings.Join(append([]string{"cnibench"}, args...), " "),
 		"started":          time.Now().UTC().Format(time.RFC3339),
-		"cpu_accounting":   "lab nodes share the host kernel: node CPU figures are host-wide /proc/stat",
 	}
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {

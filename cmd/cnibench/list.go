@@ -104,12 +104,20 @@ func runsHere(p lab.Preset, rep *doctor.Report) (bool, string) {
 	if rep == nil {
 		return false, "needs root"
 	}
-	for _, need := range p.Needs() {
-		if ok, why := rep.Has(need); !ok {
-			return false, fmt.Sprintf("needs %s: %s", need, why)
-		}
+	if need, why := lacks(p, *rep); need != "" {
+		return false, fmt.Sprintf("needs %s: %s", need, why)
 	}
 	return true, ""
+}
+
+// lacks names the first host capability a preset needs that the doctor found missing, and why.
+func lacks(p lab.Preset, rep doctor.Report) (need, why string) {
+	for _, need := range p.Needs() {
+		if ok, why := rep.Has(need); !ok {
+			return need, why
+		}
+	}
+	return "", ""
 }
 
 // part shows a preset's part, starred when the lab does not program it yet.

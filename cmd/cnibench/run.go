@@ -282,6 +282,14 @@ func preflight(cases []result.CaseSpec) error {
 		if d.Name() == "netperf" {
 			tools["netserver"] = true
 		}
+		// The lab configuration each case needs (dataplane known and built, MTU budget).
+		cfg := lab.Config{Prefix: "cnbcheck", Dataplane: c.Case.Dataplane, Nodes: c.Nodes, MTU: c.MTU}
+		if err := cfg.Validate(); err != nil {
+			if p, lerr := lab.Lookup(cfg.Dataplane); lerr == nil && p.Missing != "" {
+				return usagef("dataplane %s is not available: %s (see cnibench list)", p.Name, p.Missing)
+			}
+			return usagef("dataplane %s: %v", cfg.Dataplane, err)
+		}
 		dps[c.Case.Dataplane] = true
 	}
 	for t := range tools {
@@ -289,32 +297,11 @@ func preflight(cases []result.CaseSpec) error {
 			return usagef("missing tool %s: install it with `make deps` (scripts/install-deps.sh)", t)
 		}
 	}
-	var rep *doctor.Report
+	rep := doctor.Run(context.Background())
 	for dp := range dps {
-		p, err := lab.Lookup(dp)
-		if err != nil {
-			return usageError{err.Error()}
-		}
-		if p.Missing != "" {
-			return usagef("dataplane %s is not available: %s (see cnibench list)", dp, p.Missing)
-		}
-		for _, c := range cases {
-			if c.Case.Dataplane != dp {
-				continue
-			}
-			cfg := lab.Config{Prefix: "cnbcheck", Dataplane: dp, Nodes: c.Nodes, MTU: c.MTU}
-			if err := cfg.Validate(); err != nil {
-				return usagef("dataplane %s: %v", dp, err)
-			}
-		}
-		if rep == nil {
-			r := doctor.Run(context.Background())
-			rep = &r
-		}
-		for _, need := range p.Needs() {
-			if ok, why := rep.Has(need); !ok {
-				return usagef("dataplane %s needs %s, which this host lacks: %s (see cnibench doctor)", dp, need, why)
-			}
+		p, _ := lab.Lookup(dp) // validated above
+		if need, why := lacks(p, rep); need != "" {
+			return usagef("dataplane %s needs %s, which this host lacks: %s (see cnibench doctor)", dp, need, why)
 		}
 	}
 	return nil

@@ -27,6 +27,26 @@ func ParseProcStat(b []byte) (CPUSample, error) {
 	return CPUSample{User: v[0], Nice: v[1], System: v[2], Idle: v[3], IOWait: v[4], IRQ: v[5], SoftIRQ: v[6], Steal: v[7]}, nil
 }
 
+// ListeningPorts parses /proc/net/tcp and /proc/net/tcp6 text (concatenated) into the set of
+// local ports in LISTEN state (st 0A): how every backend tells that a server is ready.
+func ListeningPorts(b []byte) map[int]bool {
+	ports := map[int]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "0A" {
+			continue
+		}
+		i := strings.LastIndexByte(f[1], ':')
+		if i < 0 {
+			continue
+		}
+		if port, err := strconv.ParseUint(f[1][i+1:], 16, 16); err == nil {
+			ports[int(port)] = true
+		}
+	}
+	return ports
+}
+
 // LockedBuffer is a bytes.Buffer safe for one writer and concurrent readers: the output of a
 // command still running.
 type LockedBuffer struct {

@@ -1,8 +1,6 @@
 package kube
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -133,30 +131,7 @@ func (c *Cluster) listening(ctx context.Context, pod string) (map[int]bool, erro
 	if len(res.Stdout) == 0 {
 		return nil, fmt.Errorf("read /proc/net/tcp: exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
-	return listeningPorts(res.Stdout), nil
-}
-
-// listeningPorts parses /proc/net/tcp and /proc/net/tcp6 text (concatenated) into the set of
-// local ports in LISTEN state (st 0A).
-func listeningPorts(b []byte) map[int]bool {
-	ports := map[int]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 || f[3] != "0A" {
-			continue
-		}
-		i := strings.LastIndexByte(f[1], ':')
-		if i < 0 {
-			continue
-		}
-		port, err := strconv.ParseUint(f[1][i+1:], 16, 16)
-		if err != nil {
-			continue
-		}
-		ports[int(port)] = true
-	}
-	return ports
+	return cluster.ListeningPorts(res.Stdout), nil
 }
 
 // alive reports whether the process still runs. Its parent exits at once, so it is reparented

@@ -23,7 +23,7 @@ func readTestdata(t *testing.T, name string) []byte {
 // listeners and one established connection (expect.txt).
 func TestListeningPorts(t *testing.T) {
 	text := append(readTestdata(t, "proc_net_tcp.txt"), readTestdata(t, "proc_net_tcp6.txt")...)
-	ports := listeningPorts(text)
+	ports := cluster.ListeningPorts(text)
 	n := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(readTestdata(t, "expect.txt"))), "\n") {
 		kind, p, _ := strings.Cut(line, " ")
@@ -47,10 +47,10 @@ func TestListeningPorts(t *testing.T) {
 		t.Fatal("expect.txt names no listener")
 	}
 	// tcp alone (a kernel without IPv6: cat prints tcp, then fails on tcp6).
-	if !listeningPorts(readTestdata(t, "proc_net_tcp.txt"))[45280] {
+	if !cluster.ListeningPorts(readTestdata(t, "proc_net_tcp.txt"))[45280] {
 		t.Error("IPv4 listener not found in tcp alone")
 	}
-	if got := listeningPorts([]byte("garbage\n  0: zz:zz 0 0A\n")); len(got) != 0 {
+	if got := cluster.ListeningPorts([]byte("garbage\n  0: zz:zz 0 0A\n")); len(got) != 0 {
 		t.Errorf("garbage parsed as %v", got)
 	}
 }

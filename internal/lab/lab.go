@@ -320,6 +320,7 @@ func (l *Lab) Info() map[string]any {
 		"proxy": proxy, "policy": policy,
 		"emulates": l.preset.Emulates, "underlay_mtu": l.cfg.MTU, "pod_mtu": l.PodMTU(), "nodes": l.cfg.Nodes,
 		"cluster_cidr": l.cfg.ClusterCIDR, "underlay_cidr": l.cfg.UnderlayCIDR, "prefix": l.cfg.Prefix,
+		"cpu_accounting": "lab nodes share the host kernel: node CPU figures are host-wide /proc/stat",
 	}
 	if l.preset.Overlay == "vxlan" {
 		info["vxlan_device"], info["vxlan_port"], info["vni"] = l.preset.VXLANDev, l.preset.VXLANPort, l.preset.VNI

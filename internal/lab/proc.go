@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -129,23 +128,12 @@ func (l *Lab) Start(ctx context.Context, podName string, argv []string, ready cl
 
 // listening reports whether a socket listens on a TCP port in the netns of pid.
 func listening(pid, port int) bool {
-	want := fmt.Sprintf(":%04X", port)
+	var text []byte
 	for _, f := range []string{"tcp", "tcp6"} {
-		fh, err := os.Open(fmt.Sprintf("/proc/%d/net/%s", pid, f))
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) > 3 && strings.HasSuffix(fields[1], want) && fields[3] == "0A" {
-				fh.Close()
-				return true
-			}
-		}
-		fh.Close()
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		text = append(text, b...)
 	}
-	return false
+	return cluster.ListeningPorts(text)[port]
 }
 
 // stopProcs stops the lab's processes of one pod ("" = all).

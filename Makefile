@@ -6,12 +6,19 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin/cnibench
 
-.PHONY: all deps build demo test e2e vet fmt-check bench clean check-leftovers
+.PHONY: all deps kube-deps build demo test e2e vet fmt-check bench clean check-leftovers
 
 all: build
 
 deps:
 	bash scripts/install-deps.sh
+
+# The real two-node Kubernetes test cluster (shared/KUBE-LAB.md) needs etcd/containerd/runc from
+# Debian and the Kubernetes binaries + kwok built from Go modules into /var/cache/cnibench
+# (cold: several minutes; cached after).
+kube-deps:
+	bash scripts/install-deps.sh --kube
+	bash scripts/kube-build.sh
 
 build: deps
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cnibench
@@ -25,8 +32,10 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: build vet fmt-check
-	$(GO) test -count=1 -p 1 -timeout 40m ./...
+# The whole suite, the real-cluster tests included (CNIBENCH_KUBE_E2E=1 makes a missing
+# Kubernetes binary a failure instead of a skip).
+test: build vet fmt-check kube-deps
+	CNIBENCH_KUBE_E2E=1 $(GO) test -count=1 -p 1 -timeout 70m ./...
 	$(MAKE) --no-print-directory check-leftovers
 
 # The suite ends by checking that no test object (prefix cnbt / cnbe2e / cnbdoc) is left on the host.
@@ -34,15 +43,16 @@ check-leftovers:
 	@left=$$(ls /run/netns 2>/dev/null | grep -E '^cnb(t|e2e|doc)' || true); \
 	 kube=$$(ls /var/tmp/cnibench-kube 2>/dev/null || true); \
 	 state=$$(ls /run/cnibench 2>/dev/null | grep -E '^cnb(t|e2e)' || true); \
-	 if [ -n "$$left$$state$$kube" ]; then echo "leftovers after tests: $$left $$state $$kube"; exit 1; fi; \
-	 echo "check-leftovers: nothing with a test prefix left behind"
+	 procs=$$(pgrep -f '[c]nibench-kube/|[c]nibench-kwok' || true); \
+	 mounts=$$(grep -c '[c]nibench-kube' /proc/self/mountinfo || true); \
+	 if [ "$$mounts" = 0 ]; then mounts=; fi; \
+	 if [ -n "$$left$$state$$kube$$procs$$mounts" ]; then \
+	   echo "leftovers after tests: netns[$$left] state[$$state] kube[$$kube] pids[$$procs] mounts[$$mounts]"; exit 1; fi; \
+	 echo "check-leftovers: nothing with a test prefix left behind (namespaces, state, cluster dirs, processes, mounts)"
 
-# The real two-node Kubernetes test cluster (shared/KUBE-LAB.md): Kubernetes binaries built from
-# Go modules into /var/cache/cnibench (cold: several minutes), etcd/containerd/runc from Debian;
-# brings the cluster up in lab namespaces, runs the kube backend and the CLI on it, tears down.
-e2e: build
-	bash scripts/install-deps.sh --kube
-	bash scripts/kube-build.sh
+# Only the real-cluster tests: brings the cluster up in lab namespaces, runs the kube backend and
+# the CLI on it (also kube-proxy in nftables mode), tears down.
+e2e: build kube-deps
 	CNIBENCH_KUBE_E2E=1 $(GO) test -count=1 -timeout 30m -run TestRealCluster -v ./internal/kubeharness/
 	$(MAKE) --no-print-directory check-leftovers
 

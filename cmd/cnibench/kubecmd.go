@@ -13,7 +13,7 @@ func newKubeCmd() *cobra.Command {
 	var kubeconfig string
 	clean := &cobra.Command{
 		Use:   "clean",
-		Short: "Delete every namespace cnibench created (label " + kube.ManagedBy + "=" + kube.ManagedByValue + "); nothing else is touched",
+		Short: "Delete every namespace and kwok fake node cnibench created (label " + kube.ManagedBy + "=" + kube.ManagedByValue + "); nothing else is touched",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rc, err := kube.LoadConfig(kubeconfig)
@@ -31,7 +31,14 @@ func newKubeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "kube clean: %d namespaces deleted\n", len(names))
+			fake, err := kube.CleanFakeNodes(cmd.Context(), cs)
+			for _, n := range fake {
+				fmt.Fprintf(cmd.OutOrStdout(), "deleting fake node %s\n", n)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "kube clean: %d namespaces deleted, %d fake nodes deleted\n", len(names), len(fake))
 			return nil
 		},
 	}

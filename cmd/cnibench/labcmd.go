@@ -62,7 +62,7 @@ The build time printed is the time to build the nodes, the underlay and all pods
 			if err != nil {
 				return err
 			}
-			if err := l.CreatePods(ctx, pods, func(i int) string { return fmt.Sprintf("pod%d", i) }); err != nil {
+			if _, err := l.CreatePods(ctx, cluster.SilentPods(pods, "pod", nil)); err != nil {
 				_ = l.Close(context.Background())
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -34,7 +35,7 @@ var caseFlags = []struct{ name, help string }{
 	{"protocol", "protocols: tcp,udp,rr,crr,udprr"},
 	{"services", "Service counts to sweep (scenarios with Services)"},
 	{"policies", "NetworkPolicy counts to sweep"},
-	{"pods", "silent pod counts to sweep"},
+	{"pods", "pods per case to sweep, client and server included (the rest are silent pods loading the data plane)"},
 	{"replicas", "server replica counts to sweep"},
 	{"proxy", "Service implementations (override the preset's)"},
 	{"policy", "policy engines (override the preset's)"},
@@ -43,13 +44,14 @@ var caseFlags = []struct{ name, help string }{
 	{"warmup", "seconds of the warm-up trial the statistics skip; 0 = none (default 2)"},
 	{"cpus", "CLIENT,SERVER CPUs the client and server are pinned to (default 0,1)"},
 	{"mtu", "underlay MTU, 576..9000 (default 1500; pods get it less the overlay overhead)"},
-	{"nodes", "lab nodes (default 2)"},
+	{"nodes", "lab: node count (default 2); kube: the nodes to use, A,B (default: two Ready, schedulable nodes)"},
 }
 
 // kubeFlags are the kube backend's options.
 type kubeFlags struct {
-	kubeconfig, image, nodes string
-	tolerate                 bool
+	kubeconfig, image, nodes, kwok string
+	tolerate                       bool
+	fakeNodes                      int
 }
 
 func newRunCmd() *cobra.Command {
@@ -75,6 +77,25 @@ Examples:
 					set[name] = *v
 				}
 			}
+			// On kube, --nodes names the nodes; on the lab it is a node count (a plan key).
+			if nodes, ok := set["nodes"]; ok && backend == "kube" {
+				if _, err := strconv.Atoi(strings.Split(nodes, ",")[0]); err == nil {
+					return usagef("--nodes %s: on the kube backend --nodes names the nodes to use (A,B); the node count is a lab setting", nodes)
+				}
+				kf.nodes = nodes
+				delete(set, "nodes")
+			}
+			if backend != "kube" && (kf.fakeNodes != 0 || kf.kwok != "") {
+				return usagef("--fake-nodes and --kwok are kube backend options: add --backend kube")
+			}
+			if kf.fakeNodes < 0 || kf.fakeNodes > 1000 {
+				return usagef("--fake-nodes %d: give 0..1000 fake nodes", kf.fakeNodes)
+			}
+			if kf.fakeNodes > 0 {
+				if _, err := kube.KwokBinary(kf.kwok); err != nil {
+					return usageError{err.Error()}
+				}
+			}
 			return runRun(cmd, planFile, set, backend, out, resume, output, kf)
 		},
 	}
@@ -89,7 +110,8 @@ Examples:
 	f.StringVar(&output, "output", "table", "what to print at the end: table or json")
 	f.StringVar(&kf.kubeconfig, "kubeconfig", "", "kube backend: kubeconfig (default $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&kf.image, "image", kube.DefaultImage, "kube backend: tools image (build it with 'cnibench image build')")
-	f.StringVar(&kf.nodes, "kube-nodes", "", "kube backend: the two nodes to use, A,B (default: two Ready, schedulable nodes)")
+	f.IntVar(&kf.fakeNodes, "fake-nodes", 0, "kube backend: put silent pods on N kwok fake nodes, run for the run's lifetime and removed after")
+	f.StringVar(&kf.kwok, "kwok", "", "kube backend: the kwok binary for --fake-nodes (default: kwok on PATH)")
 	f.BoolVar(&kf.tolerate, "tolerate-taints", false, "kube backend: also use tainted nodes, tolerating their taints")
 	return cmd
 }
@@ -155,7 +177,7 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend,
 		NewCluster: func(ctx context.Context, k runner.ClusterKey) (cluster.Cluster, error) {
 			if k.Backend == "kube" {
 				return kube.New(ctx, kube.Config{Kubeconfig: kf.kubeconfig, RunID: runID, Image: kf.image,
-					Nodes: plan.ParseList(kf.nodes), TolerateTaints: kf.tolerate})
+					Nodes: plan.ParseList(kf.nodes), TolerateTaints: kf.tolerate, FakeNodes: kf.fakeNodes, Kwok: kf.kwok})
 			}
 			return lab.Up(ctx, lab.Config{Prefix: newPrefix(), Dataplane: k.Dataplane, Nodes: k.Nodes, MTU: k.MTU})
 		},

@@ -30,6 +30,13 @@ type PodSpec struct {
 	Node        string
 	Labels      map[string]string
 	HostNetwork bool // share the node's network (baseline node2node)
+	// Server marks a pod that serves the measurement: the kube backend runs it as a Deployment
+	// of one replica pinned to Node, the lab as a plain pod.
+	Server bool
+	// Silent marks a pod that exists only to load the data plane (seed 001's silent pods): it
+	// runs nothing. Node "" lets the backend spread silent pods over its nodes; the kube backend
+	// places them on kwok fake nodes when the run has some.
+	Silent bool
 }
 
 // Pod is a created pod.
@@ -100,6 +107,12 @@ type Cluster interface {
 	// CreatePod creates a pod on spec.Node and returns it once it has an IP.
 	CreatePod(ctx context.Context, spec PodSpec) (Pod, error)
 	DeletePod(ctx context.Context, name string) error
+	// CreatePods creates many pods at once (in parallel where the backend can) and returns
+	// them, in the order of specs, once every one is up. On an error the pods already created
+	// are deleted again.
+	CreatePods(ctx context.Context, specs []PodSpec) ([]Pod, error)
+	// DeletePods deletes pods created by CreatePods (or CreatePod) and waits until they are gone.
+	DeletePods(ctx context.Context, names []string) error
 	// BarePair creates two pods joined by nothing but one veth pair (baseline "bare").
 	BarePair(ctx context.Context, client, server string) (Pod, Pod, error)
 	// Exec runs argv in the pod to completion. A non-zero exit is not an error: see ExitCode.

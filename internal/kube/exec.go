@@ -68,7 +68,7 @@ func (c *Cluster) Exec(ctx context.Context, pod string, argv []string) (cluster.
 	if c.rc == nil || c.core == nil {
 		return cluster.ExecResult{}, errors.New("exec needs a REST config (the cluster was created without one)")
 	}
-	ex, err := newExecutor(c.rc, execURL(c.core, c.ns, pod, execOptions(argv)))
+	ex, err := newExecutor(c.rc, execURL(c.core, c.ns, c.podName(pod), execOptions(argv)))
 	if err != nil {
 		return cluster.ExecResult{}, fmt.Errorf("exec in pod %s: %w", pod, err)
 	}

@@ -63,6 +63,8 @@ type Config struct {
 	Image          string   // tools image, default DefaultImage
 	TolerateTaints bool     // use tainted nodes and tolerate every taint
 	PodMTU         int      // pod MTU if known (0 = unknown); reported in Info as "pod_mtu"
+	FakeNodes      int      // kwok fake nodes for silent pods (0 = none)
+	Kwok           string   // the kwok binary (default: "kwok" from PATH)
 }
 
 // Cluster is a run on a Kubernetes cluster; it implements cluster.Cluster.
@@ -75,11 +77,17 @@ type Cluster struct {
 	nodes []cluster.Node
 	info  map[string]any // node details for Info
 
-	mu     sync.Mutex
-	pods   map[string]cluster.Pod
-	procs  map[*process]bool
-	seq    int // log file sequence for Start
-	closed bool
+	fake []string     // kwok fake nodes of this run (Config.FakeNodes)
+	kwok *kwokProcess // the kwok controller managing them
+
+	mu      sync.Mutex
+	pods    map[string]cluster.Pod
+	real    map[string]string // scenario pod name -> pod name, for Deployment replicas
+	podMTU  int               // measured in the first pod (learnPodMTU)
+	servers map[string]bool   // pods created as Deployments
+	procs   map[*process]bool
+	seq     int // log file sequence for Start
+	closed  bool
 }
 
 var _ cluster.Cluster = (*Cluster)(nil)
@@ -120,7 +128,7 @@ func NewWithClient(ctx context.Context, cs kubernetes.Interface, rc *rest.Config
 	if cfg.Image == "" {
 		cfg.Image = DefaultImage
 	}
-	c := &Cluster{cfg: cfg, cs: cs, pods: map[string]cluster.Pod{}, procs: map[*process]bool{}}
+	c := &Cluster{cfg: cfg, cs: cs, pods: map[string]cluster.Pod{}, real: map[string]string{}, servers: map[string]bool{}, procs: map[*process]bool{}}
 	if rc != nil {
 		c.rc = rest.CopyConfig(rc)
 		core, err := corev1client.NewForConfig(c.rc)
@@ -146,6 +154,11 @@ func NewWithClient(ctx context.Context, cs kubernetes.Interface, rc *rest.Config
 	}
 	if c.ns, err = createNamespace(ctx, cs, cfg.RunID); err != nil {
 		return nil, err
+	}
+	if cfg.FakeNodes > 0 {
+		if err := c.startFakeNodes(ctx); err != nil {
+			return nil, errors.Join(err, c.Close(context.WithoutCancel(ctx)))
+		}
 	}
 	return c, nil
 }
@@ -177,15 +190,24 @@ func (c *Cluster) Info() map[string]any {
 	for k, v := range c.info {
 		info[k] = v
 	}
+	c.mu.Lock()
 	if c.cfg.PodMTU > 0 {
 		info["pod_mtu"] = c.cfg.PodMTU
+	} else if c.podMTU > 0 {
+		info["pod_mtu"] = c.podMTU
+		info["pod_mtu_source"] = "eth0 of the first pod"
+	}
+	c.mu.Unlock()
+	if len(c.fake) > 0 {
+		info["fake_nodes"] = len(c.fake)
+		info["fake_node_controller"] = "kwok"
 	}
 	return info
 }
 
 // Close implements cluster.Cluster: deletes the run namespace (foreground propagation) and
 // waits until it is gone. Idempotent.
-func (c *Cluster) Close(ctx context.Context) error {
+func (c *Cluster) Close(ctx context.Context) (err error) {
 	c.mu.Lock()
 	c.closed = true
 	for p := range c.procs {
@@ -198,9 +220,15 @@ func (c *Cluster) Close(ctx context.Context) error {
 		return nil
 	}
 	if err := deleteNamespace(ctx, c.cs, c.ns); err != nil {
-		return err
+		return errors.Join(err, c.stopFakeNodes(ctx))
 	}
-	err := poll(ctx, namespaceTimeout, func(ctx context.Context) (bool, error) {
+	// With fake nodes, kwok finishes the deletion of the pods on them: it stops last.
+	defer func() {
+		if ferr := c.stopFakeNodes(context.WithoutCancel(ctx)); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+	}()
+	err = poll(ctx, namespaceTimeout, func(ctx context.Context) (bool, error) {
 		_, err := c.cs.CoreV1().Namespaces().Get(ctx, c.ns, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
@@ -234,6 +262,12 @@ func Clean(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, errors.Join(errs...)
+}
+
+// CleanFakeNodes deletes the kwok fake nodes of every run (nodes labelled ManagedBy=cnibench
+// and FakeNodeLabel; no other node is touched) and returns their names.
+func CleanFakeNodes(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+	return cleanFakeNodes(ctx, cs.CoreV1().Nodes())
 }
 
 func deleteNamespace(ctx context.Context, cs kubernetes.Interface, name string) error {

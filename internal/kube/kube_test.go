@@ -261,7 +261,7 @@ func TestCreatePod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantLabels := map[string]string{"app": "cnibench", "role": "server", ManagedBy: "cnibench", RunLabel: "r1"}
+	wantLabels := map[string]string{"app": "cnibench", "role": "server", ManagedBy: "cnibench", RunLabel: "r1", PodLabel: "server"}
 	want := cluster.Pod{Name: "server", Node: "worker-b", IP: "10.244.1.7", HostNetwork: true, Labels: wantLabels}
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("pod %+v, want %+v", p, want)

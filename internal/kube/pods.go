@@ -5,14 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strconv"
 	"sort"
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 )
@@ -25,6 +27,10 @@ var fatalWaiting = map[string]bool{
 	"RunContainerError": true,
 }
 
+// PodLabel carries the pod's name as the scenario knows it: the pod itself, or the one
+// replica of a server Deployment (whose pod name the Deployment generates).
+const PodLabel = "cnibench.io/pod"
+
 // podObject builds the pod for spec: pinned to spec.Node with nodeName, one container
 // "main" with the tools image sleeping forever.
 func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
@@ -34,6 +40,7 @@ func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
 	}
 	labels[ManagedBy] = ManagedByValue
 	labels[RunLabel] = LabelValue(c.cfg.RunID)
+	labels[PodLabel] = spec.Name
 	grace := int64(1)
 	no := false
 	p := &corev1.Pod{
@@ -63,6 +70,24 @@ func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
 	return p
 }
 
+// deploymentObject wraps the pod of a server spec in a Deployment of one replica (the pod
+// template keeps the nodeName pin; a Deployment's pods must restart Always).
+func (c *Cluster) deploymentObject(spec cluster.PodSpec) *appsv1.Deployment {
+	p := c.podObject(spec)
+	p.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	one := int32(1)
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: c.ns, Labels: map[string]string{
+			ManagedBy: ManagedByValue, RunLabel: LabelValue(c.cfg.RunID), PodLabel: spec.Name}},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{PodLabel: spec.Name}},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: p.Labels}, Spec: p.Spec},
+		},
+	}
+}
+
 func (c *Cluster) hasNode(name string) bool {
 	for _, n := range c.nodes {
 		if n.Name == name {
@@ -72,46 +97,188 @@ func (c *Cluster) hasNode(name string) bool {
 	return false
 }
 
-// CreatePod implements cluster.Cluster: creates the pod on spec.Node and waits until it is
-// Running with an IP (at most 2 minutes; at once on an image pull or crash loop failure).
-// A pod that does not come up is deleted again.
+// CreatePod implements cluster.Cluster: creates the pod on spec.Node (a server as a
+// Deployment of one replica) and waits until it is Running with an IP (at most 2 minutes; at
+// once on an image pull or crash loop failure). A pod that does not come up is deleted again.
 func (c *Cluster) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod, error) {
-	if !c.hasNode(spec.Node) {
-		return cluster.Pod{}, fmt.Errorf("node %q is not one of this run's nodes (%s)", spec.Node, c.nodeList())
+	pods, err := c.CreatePods(ctx, []cluster.PodSpec{spec})
+	if err != nil {
+		return cluster.Pod{}, err
 	}
+	return pods[0], nil
+}
+
+// createWorkers is how many create or delete calls CreatePods and DeletePods have in flight.
+const createWorkers = 16
+
+// CreatePods implements cluster.Cluster. Specs without a node (silent pods) go round-robin
+// over the run's kwok fake nodes when it has some, else over its nodes. Every pod is created
+// (in parallel), then all are awaited together: a list of the namespace per poll, not a get
+// per pod.
+func (c *Cluster) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
-		return cluster.Pod{}, errors.New("cluster closed")
+		return nil, errors.New("cluster closed")
 	}
-	created, err := c.cs.CoreV1().Pods(c.ns).Create(ctx, c.podObject(spec), metav1.CreateOptions{})
+	specs = slices.Clone(specs)
+	for i := range specs {
+		s := &specs[i]
+		switch {
+		case s.Node == "" && s.Silent && len(c.fake) > 0:
+			s.Node = c.fake[i%len(c.fake)]
+		case s.Node == "":
+			s.Node = c.nodes[i%len(c.nodes)].Name
+		case !c.hasNode(s.Node):
+			return nil, fmt.Errorf("node %q is not one of this run's nodes (%s)", s.Node, c.nodeList())
+		}
+	}
+	created := make([]bool, len(specs))
+	err := cluster.Parallel(ctx, len(specs), createWorkers, func(i int) error {
+		if err := c.createObject(ctx, specs[i]); err != nil {
+			return fmt.Errorf("create pod %s on %s: %w", specs[i].Name, specs[i].Node, err)
+		}
+		created[i] = true
+		return nil
+	})
+	var out []cluster.Pod
+	if err == nil {
+		out, err = c.awaitPods(ctx, specs)
+	}
 	if err != nil {
-		return cluster.Pod{}, fmt.Errorf("create pod %s on %s: %w", spec.Name, spec.Node, err)
+		var names []string
+		for i, ok := range created {
+			if ok {
+				names = append(names, specs[i].Name)
+			}
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), podTimeout)
+		defer cancel()
+		_ = c.deletePods(dctx, names, false)
+		c.forget(names)
+		if len(specs) == 1 {
+			return nil, fmt.Errorf("pod %s on %s: %w", specs[0].Name, specs[0].Node, err)
+		}
+		return nil, fmt.Errorf("%d pods: %w", len(specs), err)
 	}
-	var last *corev1.Pod
-	err = poll(ctx, podTimeout, func(ctx context.Context) (bool, error) {
-		p, err := c.cs.CoreV1().Pods(c.ns).Get(ctx, spec.Name, metav1.GetOptions{})
+	c.mu.Lock()
+	for _, p := range out {
+		c.pods[p.Name] = p
+	}
+	c.mu.Unlock()
+	c.learnPodMTU(ctx, out, specs)
+	return out, nil
+}
+
+func (c *Cluster) createObject(ctx context.Context, spec cluster.PodSpec) error {
+	if spec.Server {
+		c.mu.Lock()
+		c.servers[spec.Name] = true
+		c.mu.Unlock()
+		_, err := c.cs.AppsV1().Deployments(c.ns).Create(ctx, c.deploymentObject(spec), metav1.CreateOptions{})
+		return err
+	}
+	p := c.podObject(spec)
+	if spec.Silent && c.isFake(spec.Node) {
+		p.Spec.Tolerations = append(p.Spec.Tolerations, fakeToleration)
+	}
+	_, err := c.cs.CoreV1().Pods(c.ns).Create(ctx, p, metav1.CreateOptions{})
+	return err
+}
+
+// awaitPods waits until the pod of every spec (found by PodLabel) is Running with an IP:
+// at most podTimeout plus 100 ms per pod, and at once fails on a pod that will not get there.
+func (c *Cluster) awaitPods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
+	want := map[string]int{}
+	for i, s := range specs {
+		want[s.Name] = i
+	}
+	out := make([]cluster.Pod, len(specs))
+	var last map[string]*corev1.Pod
+	timeout := podTimeout + time.Duration(len(specs))*100*time.Millisecond
+	err := poll(ctx, timeout, func(ctx context.Context) (bool, error) {
+		list, err := c.cs.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, err
 		}
-		last = p
-		return podUp(p)
-	})
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("not running after %s: %s", podTimeout, c.describe(ctx, last))
+		last = map[string]*corev1.Pod{}
+		for i := range list.Items {
+			p := &list.Items[i]
+			name := p.Labels[PodLabel]
+			if _, ok := want[name]; !ok || p.DeletionTimestamp != nil {
+				continue
+			}
+			last[name] = p
 		}
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = c.deletePod(dctx, spec.Name, created.UID, false)
-		return cluster.Pod{}, fmt.Errorf("pod %s on %s: %w", spec.Name, spec.Node, err)
+		up := 0
+		for name, i := range want {
+			p := last[name]
+			if p == nil {
+				continue
+			}
+			ok, err := podUp(p)
+			if err != nil {
+				return false, fmt.Errorf("pod %s: %w", name, err)
+			}
+			if ok {
+				up++
+				out[i] = cluster.Pod{Name: name, Node: p.Spec.NodeName, IP: p.Status.PodIP, HostNetwork: p.Spec.HostNetwork, Labels: maps.Clone(p.Labels)}
+				c.mu.Lock()
+				c.real[name] = p.Name
+				c.mu.Unlock()
+			}
+		}
+		return up == len(want), nil
+	})
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		var down []string
+		for name := range want {
+			if p := last[name]; p == nil || out[want[name]].IP == "" {
+				down = append(down, name)
+			}
+		}
+		sort.Strings(down)
+		err = fmt.Errorf("%d of %d pods not running after %s; %s: %s", len(down), len(want), timeout, down[0], c.describe(ctx, last[down[0]]))
 	}
-	out := cluster.Pod{Name: last.Name, Node: last.Spec.NodeName, IP: last.Status.PodIP, HostNetwork: last.Spec.HostNetwork, Labels: maps.Clone(last.Labels)}
+	return out, err
+}
+
+// learnPodMTU reads the pod MTU (eth0's) in the first pod-network pod that runs a container,
+// once, unless Config.PodMTU gave it: the UDP payload is sized to it and the run records it.
+func (c *Cluster) learnPodMTU(ctx context.Context, pods []cluster.Pod, specs []cluster.PodSpec) {
 	c.mu.Lock()
-	c.pods[out.Name] = out
+	known := c.cfg.PodMTU > 0 || c.podMTU > 0
 	c.mu.Unlock()
-	return out, nil
+	if known || c.rc == nil {
+		return
+	}
+	for i, p := range pods {
+		if p.HostNetwork || (specs[i].Silent && c.isFake(p.Node)) {
+			continue
+		}
+		res, err := c.Exec(ctx, p.Name, []string{busybox, "cat", "/sys/class/net/eth0/mtu"})
+		if err != nil || res.ExitCode != 0 {
+			return
+		}
+		if mtu, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout))); err == nil && mtu > 0 {
+			c.mu.Lock()
+			c.podMTU = mtu
+			c.mu.Unlock()
+		}
+		return
+	}
+}
+
+// podName is the name of the pod the scenario calls name (a server's replica has a
+// generated name).
+func (c *Cluster) podName(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.real[name]; ok {
+		return r
+	}
+	return name
 }
 
 // podUp reports whether the pod is Running with an IP, or an error if it will not get there.
@@ -192,50 +359,84 @@ func eventTime(e corev1.Event) time.Time {
 }
 
 // DeletePod implements cluster.Cluster: stops the pod's processes started with Start,
-// deletes the pod and waits until it is gone.
+// deletes the pod (or its Deployment) and waits until it is gone.
 //
-// The pod is deleted with a 1 s grace period rather than 0: with 0 the API server removes the
+// Pods are deleted with a 1 s grace period rather than 0: with 0 the API server removes the
 // object at once (a forced deletion) while the kubelet stops the containers later, so "gone"
 // would not mean stopped, and a host-network server could still hold its port when the next
 // pod starts. With 1 s the object disappears only once the kubelet has stopped the pod.
 func (c *Cluster) DeletePod(ctx context.Context, name string) error {
-	c.stopProcs(name)
-	c.mu.Lock()
-	delete(c.pods, name)
-	c.mu.Unlock()
-	return c.deletePod(ctx, name, "", true)
+	return c.DeletePods(ctx, []string{name})
 }
 
-// deletePod deletes a pod (uid "" = whatever pod has the name) and, with wait, waits until
-// the object is gone.
-func (c *Cluster) deletePod(ctx context.Context, name string, uid types.UID, wait bool) error {
+// DeletePods implements cluster.Cluster.
+func (c *Cluster) DeletePods(ctx context.Context, names []string) error {
+	for _, n := range names {
+		c.stopProcs(n)
+	}
+	err := c.deletePods(ctx, names, true)
+	c.forget(names)
+	return err
+}
+
+func (c *Cluster) forget(names []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range names {
+		delete(c.pods, n)
+		delete(c.real, n)
+		delete(c.servers, n)
+	}
+}
+
+// deletePods deletes the pods (servers: their Deployments) and, with wait, waits until no pod
+// with their PodLabel is left.
+func (c *Cluster) deletePods(ctx context.Context, names []string, wait bool) error {
 	grace := int64(1)
-	opts := metav1.DeleteOptions{GracePeriodSeconds: &grace}
-	if uid != "" {
-		opts.Preconditions = &metav1.Preconditions{UID: &uid}
-	}
-	err := c.cs.CoreV1().Pods(c.ns).Delete(ctx, name, opts)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("delete pod %s: %w", name, err)
-	}
-	if !wait {
-		return nil
-	}
-	err = poll(ctx, podTimeout, func(ctx context.Context) (bool, error) {
-		p, err := c.cs.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
+	fg := metav1.DeletePropagationForeground
+	err := cluster.Parallel(ctx, len(names), createWorkers, func(i int) error {
+		c.mu.Lock()
+		server, pod := c.servers[names[i]], names[i]
+		if r, ok := c.real[pod]; ok {
+			pod = r
 		}
+		c.mu.Unlock()
+		var err error
+		if server {
+			err = c.cs.AppsV1().Deployments(c.ns).Delete(ctx, names[i], metav1.DeleteOptions{PropagationPolicy: &fg})
+		}
+		if err == nil || apierrors.IsNotFound(err) {
+			// A server's replica too: the garbage collector would, but not at once.
+			err = c.cs.CoreV1().Pods(c.ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete pod %s: %w", names[i], err)
+		}
+		return nil
+	})
+	if err != nil || !wait {
+		return err
+	}
+	gone := map[string]bool{}
+	for _, n := range names {
+		gone[n] = true
+	}
+	var left []string
+	err = poll(ctx, podTimeout, func(ctx context.Context) (bool, error) {
+		list, err := c.cs.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
-		return uid != "" && p.UID != uid, nil
+		left = left[:0]
+		for _, p := range list.Items {
+			if gone[p.Labels[PodLabel]] {
+				left = append(left, p.Name)
+			}
+		}
+		return len(left) == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("pod %s not gone after delete: %w", name, err)
+		return fmt.Errorf("pods not gone after delete (%s): %w", strings.Join(left, ", "), err)
 	}
 	return nil
 }

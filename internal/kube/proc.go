@@ -275,7 +275,7 @@ func (c *Cluster) stopProcs(pod string) {
 }
 
 func (c *Cluster) podGone(ctx context.Context, name string) bool {
-	_, err := c.cs.CoreV1().Pods(c.ns).Get(ctx, name, metav1.GetOptions{})
+	_, err := c.cs.CoreV1().Pods(c.ns).Get(ctx, c.podName(name), metav1.GetOptions{})
 	return apierrors.IsNotFound(err)
 }
 

@@ -343,31 +343,43 @@ func (l *Lab) Pod(name string) (cluster.Pod, error) {
 	return p.Pod, nil
 }
 
-// CreatePods creates n pods named name(i), round-robin over the nodes, attaching them in
-// parallel (CNI plugin runs are process-bound; two per CPU keeps both CPUs busy).
-func (l *Lab) CreatePods(ctx context.Context, n int, name func(i int) string) error {
-	work := make(chan int)
-	errc := make(chan error, n)
-	var wg sync.WaitGroup
-	for w := 0; w < 2*runtime.NumCPU(); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if _, err := l.CreatePod(ctx, cluster.PodSpec{Name: name(i), Node: l.nodes[i%len(l.nodes)].name}); err != nil {
-					errc <- err
-				}
-			}
-		}()
-	}
-	for i := 0; i < n && ctx.Err() == nil; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errc)
-	if err := <-errc; err != nil {
+// CreatePods implements cluster.Cluster: specs without a node go round-robin over the nodes;
+// pods are attached in parallel (CNI plugin runs are process-bound; two per CPU keeps both
+// CPUs busy). On an error the pods created so far are deleted.
+func (l *Lab) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
+	out := make([]cluster.Pod, len(specs))
+	err := cluster.Parallel(ctx, len(specs), 2*runtime.NumCPU(), func(i int) error {
+		spec := specs[i]
+		if spec.Node == "" {
+			spec.Node = l.nodes[i%len(l.nodes)].name
+		}
+		p, err := l.CreatePod(ctx, spec)
+		out[i] = p
 		return err
+	})
+	if err != nil {
+		var made []string
+		for _, p := range out {
+			if p.Name != "" {
+				made = append(made, p.Name)
+			}
+		}
+		return nil, errors.Join(err, l.DeletePods(context.WithoutCancel(ctx), made))
 	}
-	return ctx.Err()
+	return out, nil
+}
+
+// DeletePods implements cluster.Cluster, in parallel.
+func (l *Lab) DeletePods(ctx context.Context, names []string) error {
+	var mu sync.Mutex
+	var errs []error
+	_ = cluster.Parallel(ctx, len(names), 2*runtime.NumCPU(), func(i int) error {
+		if err := l.DeletePod(ctx, names[i]); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+		return nil
+	})
+	return errors.Join(append(errs, ctx.Err())...)
 }

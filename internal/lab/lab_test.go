@@ -161,7 +161,7 @@ func buildLab(b *testing.B, pods int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		err = l.CreatePods(context.Background(), pods, func(j int) string { return fmt.Sprintf("p%d", j) })
+		_, err = l.CreatePods(context.Background(), cluster.SilentPods(pods, "p", nil))
 		b.StopTimer()
 		if err != nil {
 			b.Error(err)

@@ -1,4 +1,5 @@
-// Package report renders results: the terminal table (HTML and Markdown reports come later).
+// Package report renders results: the terminal table of a run and the comparison of runs
+// side by side (terminal and Markdown; the HTML report comes later).
 package report
 
 import (
@@ -54,10 +55,7 @@ func Table(w io.Writer, s result.Summary) error {
 			fmt.Fprintf(tw, "%s\tno %s\t\t\t\t\t\n", r.Case.ID, pm)
 			continue
 		}
-		val, ci := format(pm, m.TrimmedMean), "-"
-		if m.TrimmedMean != 0 && m.N > 1 {
-			ci = fmt.Sprintf("%.1f%%", 100*(m.CI95High-m.CI95Low)/2/m.TrimmedMean)
-		}
+		val, ci := format(pm, m.TrimmedMean), ciHalfWidth(m)
 		detail := ""
 		if l, ok := r.Metrics["loss_pct"]; ok {
 			detail = fmt.Sprintf("loss %.2f%%", l.TrimmedMean)
@@ -96,6 +94,15 @@ func Table(w io.Writer, s result.Summary) error {
 // StealWarnPct is the mean CPU steal above which the table warns that a case's figures are
 // disturbed by the hypervisor.
 const StealWarnPct = 5.0
+
+// ciHalfWidth is the half-width of m's 95 % CI relative to its trimmed mean ("2.0%"), "-"
+// when it is unknown (one trial, or a zero mean).
+func ciHalfWidth(m result.MetricSummary) string {
+	if m.TrimmedMean == 0 || m.N < 2 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*(m.CI95High-m.CI95Low)/2/m.TrimmedMean)
+}
 
 func format(metric string, v float64) string {
 	switch {

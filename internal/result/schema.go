@@ -30,7 +30,23 @@ type Case struct {
 // MakeID builds the case id "scenario/dataplane/placement/protocol", with scale suffixes
 // (e.g. "/svc=100") only when a scale dimension is set, so ids stay stable across backends.
 func (c Case) MakeID() string {
-	parts := []string{c.Scenario, c.Dataplane, c.Placement, c.Protocol}
+	return c.joinID(c.Scenario, c.Dataplane, c.Placement, c.Protocol)
+}
+
+// CompareKey is the case id without its dataplane ("p2p/inter/tcp"): the same measurement on
+// different data planes or backends (p2p/flannel/inter/tcp on the lab, p2p/cluster/inter/tcp
+// on a cluster) has the same key. A baseline's dataplane is the measurement itself (the bare
+// veth pair, node to node), so a baseline's key is its id.
+func (c Case) CompareKey() string {
+	if c.Scenario == "baseline" {
+		return c.MakeID()
+	}
+	return c.joinID(c.Scenario, c.Placement, c.Protocol)
+}
+
+// joinID joins the leading parts of an id and the scale suffixes of the case's set scale
+// dimensions with "/".
+func (c Case) joinID(parts ...string) string {
 	if c.Services > 0 {
 		parts = append(parts, fmt.Sprintf("svc=%d", c.Services))
 	}

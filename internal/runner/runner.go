@@ -196,6 +196,8 @@ func (r *run) group(ctx context.Context, cases []result.CaseSpec) error {
 	r.dataplanes[k.Dataplane] = cl.Info()
 	r.prog.Log("cluster ready in %.1f s", time.Since(start).Seconds())
 	defer func() {
+		// Again at the end: a backend may learn facts while it runs (the kube pod MTU).
+		r.dataplanes[k.Dataplane] = cl.Info()
 		if err := cl.Close(context.Background()); err != nil {
 			r.prog.Log("teardown %s: %v", k.Dataplane, err)
 		}

@@ -47,6 +47,20 @@ func (f *fakeCluster) DeletePod(_ context.Context, n string) error {
 	f.mu.Unlock()
 	return nil
 }
+func (f *fakeCluster) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
+	var out []cluster.Pod
+	for _, s := range specs {
+		p, _ := f.CreatePod(ctx, s)
+		out = append(out, p)
+	}
+	return out, nil
+}
+func (f *fakeCluster) DeletePods(ctx context.Context, names []string) error {
+	for _, n := range names {
+		_ = f.DeletePod(ctx, n)
+	}
+	return nil
+}
 func (f *fakeCluster) BarePair(context.Context, string, string) (cluster.Pod, cluster.Pod, error) {
 	return cluster.Pod{}, cluster.Pod{}, cluster.Unsupported("no bare pairs here")
 }

@@ -2,6 +2,8 @@ package scenario
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/driver"
@@ -22,6 +24,7 @@ func (p2p) Info() Info {
 		Placements:        []string{"intra", "inter"},
 		Protocols:         driver.Protocols(),
 		DefaultProtocols:  []string{"tcp", "udp", "rr", "crr"},
+		Params:            []string{"pods"},
 	}
 }
 
@@ -30,5 +33,17 @@ func (p2p) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 	if err != nil {
 		return nil, err
 	}
-	return startPair(ctx, cl, c, opt, client, server, []string{client.Name, server.Name})
+	pods := []string{client.Name, server.Name}
+	// c.Pods counts every pod of the case: beyond the client and the server, silent pods that
+	// only load the data plane (the kube backend may put them on kwok fake nodes).
+	if n := c.Pods - 2; n > 0 {
+		silent, err := cl.CreatePods(ctx, cluster.SilentPods(n, "silent", map[string]string{"app": "cnibench", "role": "silent"}))
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("%d silent pods: %w", n, err), cl.DeletePods(context.WithoutCancel(ctx), pods))
+		}
+		for _, p := range silent {
+			pods = append(pods, p.Name)
+		}
+	}
+	return startPair(ctx, cl, c, opt, client, server, pods)
 }

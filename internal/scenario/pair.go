@@ -109,8 +109,8 @@ func (f *pairFixture) Close(ctx context.Context) error {
 	if f.srv != nil {
 		errs = append(errs, f.srv.Stop())
 	}
-	for _, p := range f.pods {
-		errs = append(errs, f.cl.DeletePod(ctx, p))
+	if len(f.pods) > 0 {
+		errs = append(errs, f.cl.DeletePods(ctx, f.pods))
 	}
 	return errors.Join(errs...)
 }
@@ -147,7 +147,7 @@ func createPair(ctx context.Context, cl cluster.Cluster, placement string, hostN
 	if err != nil {
 		return cluster.Pod{}, cluster.Pod{}, err
 	}
-	server, err := cl.CreatePod(ctx, cluster.PodSpec{Name: "server", Node: sn, Labels: labels("server"), HostNetwork: hostNetwork})
+	server, err := cl.CreatePod(ctx, cluster.PodSpec{Name: "server", Node: sn, Labels: labels("server"), HostNetwork: hostNetwork, Server: true})
 	if err != nil {
 		_ = cl.DeletePod(ctx, client.Name)
 		return cluster.Pod{}, cluster.Pod{}, err

@@ -150,3 +150,43 @@ func BenchmarkFidelityBareTCP(b *testing.B) {
 	b.ReportMetric(hand/1e9, "byhand_Gbit/s")
 	b.ReportMetric(tool/hand, "ratio")
 }
+
+// TestP2PSilentPods: a p2p case with pods > 2 creates the silent pods (attached through CNI,
+// spread over both nodes, each with an address that answers), measures across them, and
+// Close removes them all.
+func TestP2PSilentPods(t *testing.T) {
+	l := upLab(t, "flannel")
+	s, _ := scenario.Get("p2p")
+	c := result.Case{Scenario: "p2p", Dataplane: "flannel", Placement: "inter", Protocol: "rr", Backend: "lab", Pods: 12}
+	f, err := s.Setup(context.Background(), l, c, scenario.Options{CPUs: [2]int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perNode := map[string]int{}
+	for i := 0; i < 10; i++ {
+		p, err := l.Pod(fmt.Sprintf("silent%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		perNode[p.Node]++
+		if i == 7 {
+			res, err := l.Exec(context.Background(), "client", []string{"ping", "-c1", "-W2", p.IP})
+			if err != nil || res.ExitCode != 0 {
+				t.Errorf("silent pod %s (%s) does not answer: %v %s", p.Name, p.IP, err, res.Stdout)
+			}
+		}
+	}
+	if perNode["node0"] != 5 || perNode["node1"] != 5 {
+		t.Errorf("silent pods per node %v, want 5 and 5", perNode)
+	}
+	m, err := f.Trial(context.Background(), 1)
+	if err != nil || m.Metrics["transactions_per_s"] <= 0 {
+		t.Errorf("trial: %v %v", err, m.Metrics)
+	}
+	if err := f.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pod("silent3"); err == nil {
+		t.Error("silent pod still there after Close")
+	}
+}

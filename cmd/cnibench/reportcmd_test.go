@@ -1,0 +1,105 @@
+package main
+
+// In-process tests of 'cnibench report' (no root, no binary): the root command is built with
+// newRoot, as main does.
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// reportFixtures are the report package's fixture runs: a lab run (flannel, calico, baselines)
+// and a kube run (the cluster's CNI, node2node, a skipped bare baseline).
+var reportFixtures = []string{"../../internal/report/testdata/lab-run", "../../internal/report/testdata/kube-run"}
+
+func runReportCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(append([]string{"report"}, args...))
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestReportTwoRuns(t *testing.T) {
+	md := filepath.Join(t.TempDir(), "cmp.md")
+	out, err := runReportCmd(t, reportFixtures[0], reportFixtures[1], "--markdown", md)
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	for _, s := range []string{"lab flannel", "lab calico", "kube cluster (cni calico)", "p2p/inter/tcp", "0.68x", "markdown: " + md} {
+		if !strings.Contains(out, s) {
+			t.Errorf("no %q in\n%s", s, out)
+		}
+	}
+	b, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "| p2p/inter/tcp |") || !strings.Contains(string(b), "kube cluster (cni calico)") {
+		t.Errorf("markdown:\n%s", b)
+	}
+	for _, d := range reportFixtures {
+		if _, err := os.Stat(filepath.Join(d, reportFile)); err == nil {
+			t.Errorf("several runs without --markdown must not write %s", filepath.Join(d, reportFile))
+		}
+	}
+}
+
+func TestReportOneRunWritesReportMD(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(reportFixtures[0], "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runReportCmd(t, dir)
+	if err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "kube") || !strings.Contains(out, "lab calico") {
+		t.Errorf("one run:\n%s", out)
+	}
+	if md, err := os.ReadFile(filepath.Join(dir, reportFile)); err != nil || !strings.Contains(string(md), "| p2p/inter/tcp |") {
+		t.Errorf("%s: %v\n%s", reportFile, err, md)
+	}
+}
+
+func TestReportUsageErrors(t *testing.T) {
+	empty := t.TempDir()
+	for name, args := range map[string][]string{
+		"no summary": {reportFixtures[0], empty},
+		"no dir":     {filepath.Join(empty, "nope")},
+		"no args":    nil,
+		"bad flag":   {reportFixtures[0], "--html"},
+	} {
+		_, err := runReportCmd(t, args...)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%s: want a usage error (exit 2), got %v", name, err)
+			continue
+		}
+		if strings.Contains(ue.msg, "\n") {
+			t.Errorf("%s: not one line: %q", name, ue.msg)
+		}
+	}
+	_, err := runReportCmd(t, empty)
+	want := "report: " + empty + " has no summary.json (is it a cnibench run directory? an interrupted run writes it on --resume)"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v, want %s", err, want)
+	}
+	if code := execute([]string{"report", empty}); code != 2 {
+		t.Errorf("exit code %d, want 2", code)
+	}
+	if _, err := os.Stat(filepath.Join(empty, reportFile)); err == nil {
+		t.Errorf("a failed report wrote %s", reportFile)
+	}
+}

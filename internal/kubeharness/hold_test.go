@@ -1,0 +1,41 @@
+package kubeharness
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// TestHold keeps a harness cluster up for exploration: CNIBENCH_KUBE_HOLD=FILE writes the
+// kubeconfig path to FILE and tears down once FILE is removed.
+func TestHold(t *testing.T) {
+	f := os.Getenv("CNIBENCH_KUBE_HOLD")
+	if f == "" {
+		t.Skip("CNIBENCH_KUBE_HOLD=FILE holds a cluster up for exploration")
+	}
+	h := upForTest(t, "iptables")
+	if err := os.WriteFile(f, []byte(h.Kubeconfig+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(f); err != nil {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// TestHeld runs the real-cluster checks against a held cluster (CNIBENCH_KUBE_HELD=its admin
+// kubeconfig), for iterating on one without bringing a cluster up each time; pick them with
+// -run 'TestHeld/NAME'.
+func TestHeld(t *testing.T) {
+	kc := os.Getenv("CNIBENCH_KUBE_HELD")
+	if kc == "" {
+		t.Skip("CNIBENCH_KUBE_HELD=KUBECONFIG runs the real-cluster checks on a held cluster")
+	}
+	h := &Harness{Kubeconfig: kc}
+	bin := buildCLI(t)
+	t.Run("fake-nodes", func(t *testing.T) { fakeNodesOnCluster(t, h) })
+	t.Run("rbac", func(t *testing.T) { rbacOnCluster(t, h, bin) })
+	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
+}

@@ -1,0 +1,292 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/cnibench/cnibench/internal/result"
+)
+
+// Run is one run directory and its summary.json.
+type Run struct {
+	Dir     string
+	Summary result.Summary
+}
+
+// Compare writes the runs side by side for the terminal: one column per (run, data plane), one
+// row per comparison key (result.Case.CompareKey), each cell the primary metric's trimmed mean
+// with the half-width of its 95 % CI, and, with several columns, each column's ratio to the
+// first. Under the table, one line per column with the environment facts that matter. With a
+// single run it is that run's per-dataplane view.
+func Compare(w io.Writer, runs []Run) error {
+	g := buildGrid(runs)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, row := range g.rows("CASE", "RATIO") {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if len(g.cols) > 1 {
+		fmt.Fprintf(w, "RATIO: the column to its left divided by %s, same row.\n", g.cols[0].label)
+	}
+	for _, c := range g.cols {
+		fmt.Fprintf(w, "%s: %s\n", c.label, c.facts)
+	}
+	return nil
+}
+
+// CompareMarkdown writes what Compare writes as a Markdown document (a pipe table and a list
+// of the columns' environments).
+func CompareMarkdown(w io.Writer, runs []Run) error {
+	g := buildGrid(runs)
+	var ids []string
+	for _, r := range runs {
+		ids = append(ids, fmt.Sprintf("`%s` (%s)", r.Summary.Run, r.Dir))
+	}
+	fmt.Fprintf(w, "# cnibench report\n\nRuns: %s\n\n", strings.Join(ids, ", "))
+	for i, row := range g.rows("case", "ratio") {
+		for j := range row {
+			row[j] = strings.ReplaceAll(row[j], "|", "/")
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+		if i == 0 {
+			fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(row)))
+		}
+	}
+	fmt.Fprintln(w)
+	if len(g.cols) > 1 {
+		fmt.Fprintf(w, "Each *ratio* is the column to its left divided by **%s**, same row.\n\n", g.cols[0].label)
+	}
+	fmt.Fprintln(w, "Environment:")
+	fmt.Fprintln(w)
+	for _, c := range g.cols {
+		fmt.Fprintf(w, "- **%s**: %s\n", c.label, c.facts)
+	}
+	return nil
+}
+
+// column is one (run, data plane) of the comparison.
+type column struct {
+	run       int
+	dataplane string // "" for a run that holds baselines only
+	backend   string
+	label     string
+	facts     string
+}
+
+// grid is the comparison: cells[key][column], keys in first-seen order.
+type grid struct {
+	cols  []column
+	keys  []string
+	cells map[string][]*result.CaseResult
+}
+
+// buildGrid lays the runs out. Pod results go to their run's column of their data plane.
+// Baselines have no column of their own: a run's baseline is the reference of every data
+// plane of that run, so it is shown in each of the run's columns (its key keeps the baseline's
+// name, so its row compares baselines across runs).
+func buildGrid(runs []Run) grid {
+	g := grid{cells: map[string][]*result.CaseResult{}}
+	first := make([]int, len(runs)) // each run's first column
+	for i, r := range runs {
+		first[i] = len(g.cols)
+		for _, cr := range r.Summary.Results {
+			if cr.Case.Scenario != "baseline" && g.col(i, cr.Case.Dataplane) < 0 {
+				g.cols = append(g.cols, column{run: i, dataplane: cr.Case.Dataplane, backend: cr.Case.Backend})
+			}
+		}
+		if len(g.cols) == first[i] {
+			g.cols = append(g.cols, column{run: i, backend: runBackend(r.Summary)})
+		}
+	}
+	for i, r := range runs {
+		for _, cr := range r.Summary.Results {
+			k := cr.Case.CompareKey()
+			if g.cells[k] == nil {
+				g.keys = append(g.keys, k)
+				g.cells[k] = make([]*result.CaseResult, len(g.cols))
+			}
+			targets := []int{g.col(i, cr.Case.Dataplane)}
+			if cr.Case.Scenario == "baseline" {
+				targets = targets[:0]
+				for j, c := range g.cols {
+					if c.run == i {
+						targets = append(targets, j)
+					}
+				}
+			}
+			for _, j := range targets {
+				if g.cells[k][j] == nil {
+					g.cells[k][j] = &cr
+				}
+			}
+		}
+	}
+	g.label(runs)
+	return g
+}
+
+// col is the index of run's column of dataplane, -1 if none.
+func (g *grid) col(run int, dataplane string) int {
+	return slices.IndexFunc(g.cols, func(c column) bool { return c.run == run && c.dataplane == dataplane })
+}
+
+// label names the columns ("lab flannel", "kube cluster (cni calico)", the run directory's
+// base name first when several runs share a backend) and gathers their environment facts.
+func (g *grid) label(runs []Run) {
+	perBackend := map[string]map[int]bool{}
+	for _, c := range g.cols {
+		if perBackend[c.backend] == nil {
+			perBackend[c.backend] = map[int]bool{}
+		}
+		perBackend[c.backend][c.run] = true
+	}
+	seen := map[string]int{}
+	for j := range g.cols {
+		c := &g.cols[j]
+		env := runs[c.run].Summary.Environment
+		info := dataplaneInfo(env, c.dataplane)
+		parts := []string{orDefault(c.backend, "run")}
+		if len(perBackend[c.backend]) > 1 {
+			parts = append([]string{filepath.Base(filepath.Clean(runs[c.run].Dir))}, parts...)
+		}
+		if c.dataplane != "" {
+			parts = append(parts, c.dataplane)
+		}
+		if cni, ok := info["cni"].(string); ok && strings.TrimSpace(cni) != "" {
+			parts = append(parts, fmt.Sprintf("(cni %s)", strings.Fields(cni)[0]))
+		}
+		c.label = strings.Join(parts, " ")
+		if seen[c.label]++; seen[c.label] > 1 {
+			c.label += fmt.Sprintf(" #%d", seen[c.label])
+		}
+		c.facts = facts(env, info, c.backend)
+	}
+}
+
+// factKeys are the environment facts shown under a comparison, in this order.
+var factKeys = []string{"kubernetes_version", "cni", "kube_proxy_mode", "pod_mtu"}
+
+// facts lists the environment facts that matter for a column: the kernel (the nodes' on a
+// cluster, the host's on the lab), then factKeys from the data plane's info when present.
+func facts(env, info map[string]any, backend string) string {
+	var fs []string
+	if k := nodeKernels(info); k != "" {
+		fs = append(fs, "kernel "+k)
+	} else if k, ok := env["kernel"].(string); ok && backend != "kube" {
+		fs = append(fs, "kernel "+k)
+	}
+	for _, k := range factKeys {
+		if v, ok := info[k]; ok {
+			fs = append(fs, fmt.Sprintf("%s %v", k, v))
+		}
+	}
+	if len(fs) == 0 {
+		return "no environment facts recorded"
+	}
+	return strings.Join(fs, ", ")
+}
+
+// nodeKernels is the distinct kernels of a cluster's nodes ("node_kernel": node -> kernel).
+func nodeKernels(info map[string]any) string {
+	m, _ := info["node_kernel"].(map[string]any)
+	var ks []string
+	for _, v := range m {
+		if s := fmt.Sprint(v); !slices.Contains(ks, s) {
+			ks = append(ks, s)
+		}
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, " / ")
+}
+
+// dataplaneInfo is environment["dataplanes"][dataplane], nil if not recorded.
+func dataplaneInfo(env map[string]any, dataplane string) map[string]any {
+	dps, _ := env["dataplanes"].(map[string]any)
+	info, _ := dps[dataplane].(map[string]any)
+	return info
+}
+
+// runBackend is the backend of a run's cases ("" when it has none).
+func runBackend(s result.Summary) string {
+	for _, r := range s.Results {
+		if r.Case.Backend != "" {
+			return r.Case.Backend
+		}
+	}
+	return ""
+}
+
+// rows is the table: a header (the case and ratio columns named caseHead and ratioHead),
+// then one row per key; after each column but the first, its ratio to the first.
+func (g *grid) rows(caseHead, ratioHead string) [][]string {
+	head := []string{caseHead}
+	for j, c := range g.cols {
+		head = append(head, c.label)
+		if j > 0 {
+			head = append(head, ratioHead)
+		}
+	}
+	out := [][]string{head}
+	for _, k := range g.keys {
+		row := []string{k}
+		cells := g.cells[k]
+		for j, cr := range cells {
+			row = append(row, cell(cr))
+			if j > 0 {
+				row = append(row, ratio(cr, cells[0]))
+			}
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// primary is a result's primary metric, if it was measured.
+func primary(r *result.CaseResult) (string, result.MetricSummary, bool) {
+	if r == nil || r.Status != "ok" {
+		return "", result.MetricSummary{}, false
+	}
+	pm := Primary(r.Case)
+	m, ok := r.Metrics[pm]
+	return pm, m, ok
+}
+
+// cell is a result's primary metric with its CI half-width, its status when it was not
+// measured, "-" when the column has no such case.
+func cell(r *result.CaseResult) string {
+	pm, m, ok := primary(r)
+	switch {
+	case ok && ciHalfWidth(m) != "-":
+		return format(pm, m.TrimmedMean) + " ±" + ciHalfWidth(m)
+	case ok:
+		return format(pm, m.TrimmedMean)
+	case r != nil && r.Status != "ok" && r.Status != "":
+		return r.Status
+	}
+	return "-"
+}
+
+// ratio is r's primary metric divided by ref's ("0.68x"), "-" when either is missing.
+func ratio(r, ref *result.CaseResult) string {
+	_, m, ok := primary(r)
+	_, b, bok := primary(ref)
+	if !ok || !bok || b.TrimmedMean <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", m.TrimmedMean/b.TrimmedMean)
+}
+
+func orDefault(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}

@@ -44,7 +44,7 @@ var fakeNodeTimeout = 60 * time.Second
 type kwokProcess struct {
 	cmd  *exec.Cmd
 	log  *os.File
-	conf string // its configuration file (kwokStages)
+	conf string     // its configuration file (kwokStages)
 	done chan error // Wait's result
 }
 

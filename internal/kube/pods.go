@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 

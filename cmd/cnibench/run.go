@@ -35,7 +35,7 @@ var caseFlags = []struct{ name, help string }{
 	{"protocol", "protocols: tcp,udp,rr,crr,udprr"},
 	{"services", "Service counts to sweep (scenarios with Services)"},
 	{"policies", "NetworkPolicy counts to sweep"},
-	{"pods", "pods per case to sweep, client and server included (the rest are silent pods loading the data plane)"},
+	{"pods", "silent pod counts to sweep: pods beside the client and server that only load the data plane"},
 	{"replicas", "server replica counts to sweep"},
 	{"proxy", "Service implementations (override the preset's)"},
 	{"policy", "policy engines (override the preset's)"},

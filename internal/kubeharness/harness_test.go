@@ -117,7 +117,7 @@ func TestRealCluster(t *testing.T) {
 	t.Run("fake-nodes", func(t *testing.T) { fakeNodesOnCluster(t, h) })
 	t.Run("cli-fake-nodes", func(t *testing.T) {
 		cliOnCluster(t, h, bin, "--fake-nodes", "4", "--kwok", filepath.Join(binDir(), "kwok"),
-			"--scenario", "p2p", "--placement", "inter", "--protocol", "rr", "--pods", "202")
+			"--scenario", "p2p", "--placement", "inter", "--protocol", "rr", "--pods", "200")
 		assertNoFakeNodes(t, h)
 	})
 }
@@ -265,7 +265,7 @@ func rbacOnCluster(t *testing.T, h *Harness, bin string) {
 	// --fake-nodes needs the second role: without it the run fails (a user error, not a
 	// half-made cluster); with it, cnibench and its kwok work as that user.
 	fake := []string{"--kubeconfig", imp, "--fake-nodes", "2", "--kwok", filepath.Join(binDir(), "kwok"),
-		"--scenario", "p2p", "--placement", "inter", "--protocol", "rr", "--pods", "22"}
+		"--scenario", "p2p", "--placement", "inter", "--protocol", "rr", "--pods", "20"}
 	argv := append([]string{"run", "--backend", "kube", "--repeat", "1", "--duration", "1", "--warmup", "0", "--out", filepath.Join(t.TempDir(), "denied")}, fake...)
 	if out, err := exec.Command(bin, argv...).CombinedOutput(); err == nil || !strings.Contains(string(out), "forbidden") {
 		t.Errorf("--fake-nodes without the fake-nodes role: %v: %s", err, out)

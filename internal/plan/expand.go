@@ -12,7 +12,7 @@ import (
 // policies > pods > replicas > proxy > policy. Dataplane x placement combinations the
 // scenario's Valid rejects are dropped. A case whose ID an earlier case already has is
 // dropped (the first wins, with its repeat, duration, ...), unless the two cases differ in
-// something the ID does not show (proxy, policy, pods 0..2): that is an error, since their
+// something the ID does not show (proxy, policy): that is an error, since their
 // results would be mixed up.
 //
 // Keys no group sets come from d. A default CPU this host does not have wraps around
@@ -123,12 +123,6 @@ func conflict(c checker, prev, cs result.Case) error {
 		return c.fail("proxy", idx(c.g.Proxy, cs.Proxy), "case %s is already planned with proxy %q (case ids do not include the proxy: plan one proxy per run)", cs.ID, prev.Proxy)
 	case prev.Policy != cs.Policy:
 		return c.fail("policy", idx(c.g.Policy, cs.Policy), "case %s is already planned with policy %q (case ids do not include the policy: plan one policy per run)", cs.ID, prev.Policy)
-	case prev.Pods != cs.Pods:
-		i := -1
-		if c.g.Pods != nil {
-			i = slices.Index(c.g.Pods, cs.Pods)
-		}
-		return c.fail("pods", i, "case %s is already planned with pods %d (case ids do not tell pods 0, 1 and 2 apart: keep one of them)", cs.ID, prev.Pods)
 	}
 	return c.fail("", -1, "case %s is already planned with different settings", cs.ID)
 }

@@ -140,7 +140,7 @@ func resolveGroup(g *Group, info ScenarioInfo, cat Catalog) resolved {
 		policyNames: orStr(g.Policy, []string{""}),
 		services:    orInt(g.Services, []int{0}),
 		policies:    orInt(g.Policies, []int{0}),
-		pods:        orInt(g.Pods, []int{2}),
+		pods:        orInt(g.Pods, []int{0}),
 		replicas:    orInt(g.Replicas, []int{1}),
 	}
 }

@@ -53,7 +53,7 @@ func (c Case) joinID(parts ...string) string {
 	if c.Policies > 0 {
 		parts = append(parts, fmt.Sprintf("pol=%d", c.Policies))
 	}
-	if c.Pods > 2 {
+	if c.Pods > 0 {
 		parts = append(parts, fmt.Sprintf("pods=%d", c.Pods))
 	}
 	if c.Replicas > 1 {

@@ -98,7 +98,7 @@ func (f *fakeCluster) Close(context.Context) error {
 }
 
 func spec(scenario, dp, pl, proto string, repeat int) result.CaseSpec {
-	c := result.Case{Scenario: scenario, Backend: "lab", Dataplane: dp, Placement: pl, Protocol: proto, Pods: 2, Replicas: 1}
+	c := result.Case{Scenario: scenario, Backend: "lab", Dataplane: dp, Placement: pl, Protocol: proto, Replicas: 1}
 	c.ID = c.MakeID()
 	return result.CaseSpec{Case: c, Repeat: repeat, Duration: 1, Warmup: 1, CPUs: [2]int{0, 1}, MTU: 1500, Nodes: 2}
 }

@@ -157,7 +157,7 @@ func BenchmarkFidelityBareTCP(b *testing.B) {
 func TestP2PSilentPods(t *testing.T) {
 	l := upLab(t, "flannel")
 	s, _ := scenario.Get("p2p")
-	c := result.Case{Scenario: "p2p", Dataplane: "flannel", Placement: "inter", Protocol: "rr", Backend: "lab", Pods: 12}
+	c := result.Case{Scenario: "p2p", Dataplane: "flannel", Placement: "inter", Protocol: "rr", Backend: "lab", Pods: 10}
 	f, err := s.Setup(context.Background(), l, c, scenario.Options{CPUs: [2]int{0, 1}})
 	if err != nil {
 		t.Fatal(err)

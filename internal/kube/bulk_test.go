@@ -62,6 +62,16 @@ func TestServerDeployment(t *testing.T) {
 		d.Spec.Selector.MatchLabels[PodLabel] != "server" || d.Spec.Template.Labels["role"] != "server" || d.Labels[ManagedBy] != ManagedByValue {
 		t.Errorf("deployment %+v", d.Spec)
 	}
+	// Play the garbage collector: the replica goes once the Deployment is deleted.
+	go func() {
+		for {
+			if _, err := cs.AppsV1().Deployments(c.Namespace()).Get(ctx, "server", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				_ = cs.CoreV1().Pods(c.Namespace()).Delete(ctx, "server-7d9f8-x2b4q", metav1.DeleteOptions{})
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	if err := c.DeletePod(ctx, "server"); err != nil {
 		t.Fatal(err)
 	}

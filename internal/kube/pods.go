@@ -329,8 +329,19 @@ func (c *Cluster) describe(ctx context.Context, p *corev1.Pod) string {
 			parts = append(parts, strings.TrimSpace(fmt.Sprintf("container %s waiting: %s %s", cs.Name, w.Reason, w.Message)))
 		}
 	}
+	if len(p.Status.Conditions) == 0 && len(p.Status.ContainerStatuses) == 0 {
+		parts = append(parts, "no status from the kubelet of "+p.Spec.NodeName+" yet")
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Status != corev1.ConditionTrue && (cond.Reason != "" || cond.Message != "") {
+			parts = append(parts, strings.TrimSpace(fmt.Sprintf("%s: %s %s", cond.Type, cond.Reason, cond.Message)))
+		}
+	}
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	if n, err := c.cs.CoreV1().Nodes().Get(ectx, p.Spec.NodeName, metav1.GetOptions{}); err == nil && !nodeReady(*n) {
+		parts = append(parts, "node "+n.Name+" is not Ready")
+	}
 	evs, err := c.cs.CoreV1().Events(c.ns).List(ectx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
 	if err == nil {
 		var warn []corev1.Event
@@ -403,10 +414,10 @@ func (c *Cluster) deletePods(ctx context.Context, names []string, wait bool) err
 		c.mu.Unlock()
 		var err error
 		if server {
+			// The garbage collector deletes the ReplicaSet, then the replica (foreground):
+			// deleting the replica directly would make the ReplicaSet, still there, replace it.
 			err = c.cs.AppsV1().Deployments(c.ns).Delete(ctx, names[i], metav1.DeleteOptions{PropagationPolicy: &fg})
-		}
-		if err == nil || apierrors.IsNotFound(err) {
-			// A server's replica too: the garbage collector would, but not at once.
+		} else {
 			err = c.cs.CoreV1().Pods(c.ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 		}
 		if err != nil && !apierrors.IsNotFound(err) {

@@ -59,6 +59,9 @@ func upForTest(t *testing.T, mode string) *Harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLogs(t, h)
+		}
 		if err := h.Down(); err != nil {
 			t.Errorf("down: %v", err)
 		}
@@ -70,6 +73,23 @@ func upForTest(t *testing.T, mode string) *Harness {
 		}
 	})
 	return h
+}
+
+// dumpLogs logs the end of every cluster daemon's log (they go with Down), for a failure's
+// diagnosis.
+func dumpLogs(t *testing.T, h *Harness) {
+	logs, _ := filepath.Glob(filepath.Join(h.cfg.Dir, "logs", "*.log"))
+	for _, f := range logs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) > 25 {
+			lines = lines[len(lines)-25:]
+		}
+		t.Logf("--- %s (last %d lines)\n%s", filepath.Base(f), len(lines), strings.Join(lines, "\n"))
+	}
 }
 
 // hostState summarises what the harness must leave as it found it: global sysctls, host
@@ -114,12 +134,15 @@ func TestRealCluster(t *testing.T) {
 	t.Run("cli", func(t *testing.T) { cliOnCluster(t, h, bin, "--plan", "../../plans/quick.yaml") })
 	t.Run("rbac", func(t *testing.T) { rbacOnCluster(t, h, bin) })
 	t.Run("facts-and-policy-probe", func(t *testing.T) { probeOnCluster(t, h) })
+	t.Run("cli-fake-nodes", func(t *testing.T) { cliFakeNodes(t, h, bin) })
 	t.Run("fake-nodes", func(t *testing.T) { fakeNodesOnCluster(t, h) })
-	t.Run("cli-fake-nodes", func(t *testing.T) {
-		cliOnCluster(t, h, bin, "--fake-nodes", "4", "--kwok", filepath.Join(binDir(), "kwok"),
-			"--scenario", "p2p", "--placement", "inter", "--protocol", "rr", "--pods", "200")
-		assertNoFakeNodes(t, h)
-	})
+}
+
+// cliFakeNodes runs a p2p case with 200 silent pods on kwok fake nodes through the CLI.
+func cliFakeNodes(t *testing.T, h *Harness, bin string) {
+	cliOnCluster(t, h, bin, "--fake-nodes", "4", "--kwok", filepath.Join(binDir(), "kwok"),
+		"--scenario", "p2p", "--placement", "inter", "--protocol", "rr", "--pods", "200")
+	assertNoFakeNodes(t, h)
 }
 
 // fakeNodesOnCluster: 1,000 silent pods on kwok fake nodes, Running (with IPs) within 60 s;

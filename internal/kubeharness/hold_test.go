@@ -38,4 +38,5 @@ func TestHeld(t *testing.T) {
 	t.Run("fake-nodes", func(t *testing.T) { fakeNodesOnCluster(t, h) })
 	t.Run("rbac", func(t *testing.T) { rbacOnCluster(t, h, bin) })
 	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
+	t.Run("cli-fake-nodes", func(t *testing.T) { cliFakeNodes(t, h, bin) })
 }

@@ -59,6 +59,9 @@ type Options struct {
 	// ClusterCIDR: traffic to a Service from outside it is masqueraded (kube-proxy's
 	// --cluster-cidr); "" = no such rule.
 	ClusterCIDR string
+	// Stale are chains of an earlier rendering to remove (flushed, then deleted), as
+	// kube-proxy does for Services and endpoints that went away.
+	Stale []string
 }
 
 // MasqMark is kube-proxy's default masquerade mark bit.
@@ -77,6 +80,7 @@ func Hooks() [][]string {
 // Counts are what a rendering holds, for the case record.
 type Counts struct {
 	Services, Endpoints, Chains, Rules int
+	Names                              []string // the chains declared
 }
 
 // RenderIPTables returns the nat table's kube-proxy chains for svcs as iptables-restore input
@@ -91,6 +95,7 @@ func RenderIPTables(svcs []Service, opt Options) ([]byte, Counts) {
 	chain := func(name string) {
 		fmt.Fprintf(&chains, ":%s - [0:0]\n", name)
 		cnt.Chains++
+		cnt.Names = append(cnt.Names, name)
 	}
 	rule := func(format string, args ...any) {
 		fmt.Fprintf(&rules, format+"\n", args...)
@@ -130,10 +135,24 @@ func RenderIPTables(svcs []Service, opt Options) ([]byte, Counts) {
 			rule(`-A %s -m comment --comment %s -m %s -p %s -j DNAT --to-destination %s`, sep, key, p, p, e)
 		}
 	}
+	declared := map[string]bool{}
+	for _, n := range cnt.Names {
+		declared[n] = true
+	}
 	var b strings.Builder
 	b.WriteString("*nat\n")
 	b.WriteString(chains.String())
+	for _, s := range opt.Stale {
+		if !declared[s] {
+			fmt.Fprintf(&b, ":%s - [0:0]\n", s)
+		}
+	}
 	b.WriteString(rules.String())
+	for _, s := range opt.Stale {
+		if !declared[s] {
+			fmt.Fprintf(&b, "-X %s\n", s)
+		}
+	}
 	b.WriteString("COMMIT\n")
 	return []byte(b.String()), cnt
 }

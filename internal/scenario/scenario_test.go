@@ -194,7 +194,7 @@ func TestP2PSilentPods(t *testing.T) {
 // TestP2SEveryProtocol measures every protocol pod to Service to pod (the tools' control and
 // data connections all through the ClusterIP), inter node on flannel and intra node on calico.
 func TestP2SEveryProtocol(t *testing.T) {
-	for _, tc := range []struct{ dp, pl string }{{"flannel", "inter"}, {"calico", "intra"}} {
+	for _, tc := range []struct{ dp, pl string }{{"flannel", "inter"}, {"calico", "intra"}, {"flannel-hostgw", "inter"}, {"flannel-hostgw", "intra"}} {
 		l := upLab(t, tc.dp)
 		for _, proto := range []string{"tcp", "udp", "rr", "crr", "udprr"} {
 			t.Run(tc.dp+"/"+tc.pl+"/"+proto, func(t *testing.T) {

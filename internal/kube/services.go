@@ -70,7 +70,51 @@ func (c *Cluster) CreateService(ctx context.Context, spec cluster.ServiceSpec) (
 		}
 		return cluster.Service{}, fmt.Errorf("service %s: %w", spec.Name, err)
 	}
+	if err := c.awaitProxy(ctx, created.Spec.ClusterIP, spec.Ports); err != nil {
+		_ = c.DeleteService(context.WithoutCancel(ctx), spec.Name)
+		return cluster.Service{}, fmt.Errorf("service %s: %w", spec.Name, err)
+	}
 	return cluster.Service{Name: spec.Name, ClusterIP: created.Spec.ClusterIP, Ports: spec.Ports, Endpoints: eps}, nil
+}
+
+// awaitProxy waits until the Service proxy (kube-proxy, or the CNI's replacement) has
+// programmed the ClusterIP, seen from a pod of the run: a TCP connect is answered (accepted,
+// or refused by the endpoint when nothing listens yet) instead of timing out. Traffic sent
+// before would leave a conntrack entry without NAT that later packets of that flow keep
+// following: a connection opened too early never reaches the Service (seen with iperf3).
+func (c *Cluster) awaitProxy(ctx context.Context, ip string, ports []cluster.ServicePort) error {
+	port := 0
+	for _, p := range ports {
+		if p.Protocol == "tcp" {
+			port = p.Port
+			break
+		}
+	}
+	c.mu.Lock()
+	var from string
+	for _, p := range c.pods {
+		if !p.HostNetwork && !c.isFake(p.Node) {
+			from = p.Name
+			break
+		}
+	}
+	c.mu.Unlock()
+	if port == 0 || from == "" || c.rc == nil {
+		return nil // nothing to probe with: trust the EndpointSlices
+	}
+	var last string
+	err := poll(ctx, podTimeout, func(ctx context.Context) (bool, error) {
+		res, err := c.Exec(ctx, from, []string{busybox, "nc", "-w", "1", ip, fmt.Sprint(port)})
+		if err != nil {
+			return false, err
+		}
+		last = strings.TrimSpace(string(res.Stderr))
+		return res.ExitCode == 0 || strings.Contains(last, "refused"), nil
+	})
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		err = fmt.Errorf("ClusterIP %s:%d not answering from pod %s after %s (%s): is a Service proxy running?", ip, port, from, podTimeout, last)
+	}
+	return err
 }
 
 // readyAddresses are the distinct ready endpoint addresses of a Service's slices.

@@ -1,13 +1,9 @@
 package kubeharness
 
 import (
-	"context"
 	"os"
 	"testing"
 	"time"
-
-	"github.com/cnibench/cnibench/internal/cluster"
-	"github.com/cnibench/cnibench/internal/kube"
 )
 
 // TestHold keeps a harness cluster up for exploration: CNIBENCH_KUBE_HOLD=FILE writes the
@@ -44,55 +40,4 @@ func TestHeld(t *testing.T) {
 	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
 	t.Run("cli-fake-nodes", func(t *testing.T) { cliFakeNodes(t, h, bin) })
 	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s") })
-}
-
-// TestHeldIperfService tries iperf3 through a real ClusterIP with flag variants (diagnosis).
-func TestHeldIperfService(t *testing.T) {
-	kc := os.Getenv("CNIBENCH_KUBE_HELD")
-	if kc == "" {
-		t.Skip("CNIBENCH_KUBE_HELD=KUBECONFIG")
-	}
-	ctx := context.Background()
-	cl, err := kube.New(ctx, kube.Config{Kubeconfig: kc, RunID: "iperf-svc"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close(ctx)
-	c, err := cl.CreatePod(ctx, cluster.PodSpec{Name: "client", Node: "node0", Labels: map[string]string{"role": "client"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := cl.CreatePod(ctx, cluster.PodSpec{Name: "server", Node: "node1", Labels: map[string]string{"role": "server"}, Server: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := cl.CreateService(ctx, cluster.ServiceSpec{Name: "server", Selector: map[string]string{"role": "server"},
-		Ports: []cluster.ServicePort{{Name: "t", Port: 5201, Protocol: "tcp"}, {Name: "u", Port: 5201, Protocol: "udp"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := cl.Start(ctx, s.Name, []string{"iperf3", "-s", "-p", "5201"}, cluster.Ready{TCPPort: 5201})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop()
-	time.Sleep(2 * time.Second)
-	for _, args := range [][]string{
-		{"-c", s.IP, "-t", "2"},
-		{"-c", svc.ClusterIP, "-t", "2"},
-		{"-c", svc.ClusterIP, "-t", "2", "-N"},
-		{"-c", svc.ClusterIP, "-t", "2", "-M", "1448"},
-		{"-c", svc.ClusterIP, "-t", "2", "-Z"},
-		{"-c", svc.ClusterIP, "-t", "2", "-u", "-b", "0"},
-	} {
-		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		res, err := cl.Exec(tctx, c.Name, append([]string{"iperf3", "-p", "5201", "--connect-timeout", "3000"}, args...))
-		cancel()
-		out := string(res.Stdout)
-		if len(out) > 300 {
-			out = out[len(out)-300:]
-		}
-		t.Logf("%v: err %v exit %d\n%s\n%s", args, err, res.ExitCode, out, res.Stderr)
-		time.Sleep(time.Second)
-	}
 }

@@ -48,6 +48,29 @@ type Pod struct {
 	Labels      map[string]string
 }
 
+// ServicePort is one port of a Service.
+type ServicePort struct {
+	Name       string // "" for a single unnamed port
+	Port       int    // the Service's port
+	TargetPort int    // the pods' port (0: same as Port)
+	Protocol   string // "tcp" or "udp"
+}
+
+// ServiceSpec asks for a ClusterIP Service over the pods whose labels include Selector.
+type ServiceSpec struct {
+	Name     string
+	Selector map[string]string
+	Ports    []ServicePort
+}
+
+// Service is a created Service.
+type Service struct {
+	Name      string
+	ClusterIP string
+	Ports     []ServicePort
+	Endpoints []string // pod IPs behind it when it was created
+}
+
 // ExecResult is the outcome of a command run to completion in a pod.
 type ExecResult struct {
 	Stdout   []byte
@@ -113,6 +136,10 @@ type Cluster interface {
 	CreatePods(ctx context.Context, specs []PodSpec) ([]Pod, error)
 	// DeletePods deletes pods created by CreatePods (or CreatePod) and waits until they are gone.
 	DeletePods(ctx context.Context, names []string) error
+	// CreateService creates a ClusterIP Service and returns it once traffic to it reaches its
+	// endpoints (the pods matching the selector at that time).
+	CreateService(ctx context.Context, spec ServiceSpec) (Service, error)
+	DeleteService(ctx context.Context, name string) error
 	// BarePair creates two pods joined by nothing but one veth pair (baseline "bare").
 	BarePair(ctx context.Context, client, server string) (Pod, Pod, error)
 	// Exec runs argv in the pod to completion. A non-zero exit is not an error: see ExitCode.

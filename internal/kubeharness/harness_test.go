@@ -132,6 +132,7 @@ func TestRealCluster(t *testing.T) {
 	bin := buildCLI(t)
 	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
 	t.Run("cli", func(t *testing.T) { cliOnCluster(t, h, bin, "--plan", "../../plans/quick.yaml") })
+	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s") })
 	t.Run("rbac", func(t *testing.T) { rbacOnCluster(t, h, bin) })
 	t.Run("facts-and-policy-probe", func(t *testing.T) { probeOnCluster(t, h) })
 	t.Run("cli-fake-nodes", func(t *testing.T) { cliFakeNodes(t, h, bin) })
@@ -231,6 +232,8 @@ func TestRealClusterNFTables(t *testing.T) {
 	h := upForTest(t, "nftables")
 	bin := buildCLI(t)
 	cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr")
+	// Services through kube-proxy's nftables mode: every protocol, intra and inter node.
+	cliOnCluster(t, h, bin, "--scenario", "p2s")
 }
 
 func buildCLI(t *testing.T) string {
@@ -284,6 +287,7 @@ func rbacOnCluster(t *testing.T, h *Harness, bin string) {
 		}
 	}
 	cliOnCluster(t, h, bin, "--kubeconfig", imp, "--scenario", "p2p", "--placement", "inter", "--protocol", "tcp,crr")
+	cliOnCluster(t, h, bin, "--kubeconfig", imp, "--scenario", "p2s", "--placement", "inter", "--protocol", "rr")
 
 	// --fake-nodes needs the second role: without it the run fails (a user error, not a
 	// half-made cluster); with it, cnibench and its kwok work as that user.

@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/lab/proxy"
 )
 
 // StateRoot holds per-lab state (IPAM allocations, CNI cache); removed with the lab.
@@ -145,6 +146,12 @@ type Lab struct {
 	pods  map[string]*pod
 	procs map[*proc]bool
 	bare  int
+
+	services    map[string]*service
+	svcSeq      int
+	svcChains   map[string]bool // chains of the last rendering
+	svcCounts   proxy.Counts
+	brNetfilter bool // bridge-nf-call-iptables set in the nodes
 }
 
 var _ cluster.Cluster = (*Lab)(nil)
@@ -170,7 +177,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab backend needs root (network namespaces): run as root")
 	}
-	l = &Lab{cfg: cfg, preset: p, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}}
+	l = &Lab{cfg: cfg, preset: p, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, services: map[string]*service{}}
 	defer func() {
 		if err != nil {
 			_ = l.Close(context.Background())

@@ -61,6 +61,10 @@ func (f *fakeCluster) DeletePods(ctx context.Context, names []string) error {
 	}
 	return nil
 }
+func (f *fakeCluster) CreateService(context.Context, cluster.ServiceSpec) (cluster.Service, error) {
+	return cluster.Service{}, cluster.Unsupported("no Services here")
+}
+func (f *fakeCluster) DeleteService(context.Context, string) error { return nil }
 func (f *fakeCluster) BarePair(context.Context, string, string) (cluster.Pod, cluster.Pod, error) {
 	return cluster.Pod{}, cluster.Pod{}, cluster.Unsupported("no bare pairs here")
 }

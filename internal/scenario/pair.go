@@ -24,6 +24,7 @@ type pairFixture struct {
 	cpus           [2]int
 	srv            cluster.Process
 	pods           []string // to delete on Close
+	services       []string // to delete on Close
 }
 
 // pin prefixes argv with taskset so placement on this small machine is never left to chance.
@@ -108,6 +109,9 @@ func (f *pairFixture) Close(ctx context.Context) error {
 	var errs []error
 	if f.srv != nil {
 		errs = append(errs, f.srv.Stop())
+	}
+	for _, s := range f.services {
+		errs = append(errs, f.cl.DeleteService(ctx, s))
 	}
 	if len(f.pods) > 0 {
 		errs = append(errs, f.cl.DeletePods(ctx, f.pods))

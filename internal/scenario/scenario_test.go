@@ -190,3 +190,26 @@ func TestP2PSilentPods(t *testing.T) {
 		t.Error("silent pod still there after Close")
 	}
 }
+
+// TestP2SEveryProtocol measures every protocol pod to Service to pod (the tools' control and
+// data connections all through the ClusterIP), inter node on flannel and intra node on calico.
+func TestP2SEveryProtocol(t *testing.T) {
+	for _, tc := range []struct{ dp, pl string }{{"flannel", "inter"}, {"calico", "intra"}, {"flannel-hostgw", "inter"}, {"flannel-hostgw", "intra"}} {
+		l := upLab(t, tc.dp)
+		for _, proto := range []string{"tcp", "udp", "rr", "crr", "udprr"} {
+			t.Run(tc.dp+"/"+tc.pl+"/"+proto, func(t *testing.T) {
+				f := setup(t, l, "p2s", tc.dp, tc.pl, proto)
+				m, err := f.Trial(context.Background(), 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v := m.Metrics["throughput_bps"] + m.Metrics["transactions_per_s"]; v <= 0 {
+					t.Errorf("nothing measured through the Service: %v", m.Metrics)
+				}
+				if err := f.Close(context.Background()); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+}

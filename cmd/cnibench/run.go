@@ -23,13 +23,14 @@ import (
 	"github.com/cnibench/cnibench/internal/report"
 	"github.com/cnibench/cnibench/internal/result"
 	"github.com/cnibench/cnibench/internal/runner"
+	"github.com/cnibench/cnibench/internal/scenario"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
 
 // caseFlags are the run flags that are plan keys (same names as in plan files).
 var caseFlags = []struct{ name, help string }{
-	{"scenario", "scenario: baseline, p2p"},
+	{"scenario", "scenario (see cnibench list)"},
 	{"dataplane", "dataplane presets, comma-separated (e.g. flannel,calico; baseline: bare,node2node)"},
 	{"placement", "placements: intra,inter"},
 	{"protocol", "protocols: tcp,udp,rr,crr,udprr"},
@@ -67,6 +68,8 @@ DIR/summary.csv, then print a table with each pod result as a ratio to its basel
 Examples:
   cnibench run --plan plans/quick.yaml
   cnibench run --scenario p2p --dataplane flannel,calico --placement inter --protocol tcp,crr
+  cnibench run --scenario p2s --dataplane calico --protocol tcp,rr
+  cnibench run --backend kube --scenario p2p --nodes worker-1,worker-2 --fake-nodes 10 --pods 1000
   cnibench run --scenario baseline --dataplane bare --protocol tcp --repeat 5 --duration 5
   cnibench run --resume runs/20261122T071000Z-quick`,
 		Args: noArgs,
@@ -102,6 +105,9 @@ Examples:
 	f := cmd.Flags()
 	f.StringVar(&planFile, "plan", "", "plan file (YAML list of case groups); flags given too override its keys")
 	for _, cf := range caseFlags {
+		if cf.name == "scenario" {
+			cf.help = "scenario: " + strings.Join(scenario.Names(), ", ")
+		}
 		vals[cf.name] = f.String(cf.name, "", cf.help)
 	}
 	f.StringVar(&backend, "backend", "lab", "where pods live: lab (network namespaces on this host) or kube")

@@ -22,18 +22,20 @@ type Preset struct {
 	Missing string
 }
 
-// builtParts are the proxy and policy parts the lab programs today. Services and
-// NetworkPolicies arrive with their own issue; until then a preset's proxy and policy are its
-// target, not what a case runs with.
-var builtParts = map[string]bool{"none": true}
+// builtProxies and builtPolicies are the Service proxies and policy engines the lab programs
+// today; a preset's other parts are its target, not what a case runs with.
+var (
+	builtProxies  = map[string]bool{"none": true, "iptables": true}
+	builtPolicies = map[string]bool{"none": true}
+)
 
 // Effective returns the proxy and policy a case on this preset really runs with.
 func (p Preset) Effective() (proxy, policy string) {
 	proxy, policy = p.Proxy, p.Policy
-	if !builtParts[proxy] {
+	if !builtProxies[proxy] {
 		proxy = "none"
 	}
-	if !builtParts[policy] {
+	if !builtPolicies[policy] {
 		policy = "none"
 	}
 	return proxy, policy

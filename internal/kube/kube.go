@@ -267,7 +267,23 @@ func Clean(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
 // CleanFakeNodes deletes the kwok fake nodes of every run (nodes labelled ManagedBy=cnibench
 // and FakeNodeLabel; no other node is touched) and returns their names.
 func CleanFakeNodes(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
-	return cleanFakeNodes(ctx, cs.CoreV1().Nodes())
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ManagedBy + "=" + ManagedByValue})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	var names []string
+	var errs []error
+	for _, n := range list.Items {
+		if n.Labels[ManagedBy] != ManagedByValue || n.Labels[FakeNodeLabel] == "" {
+			continue // never a real node (the fake clientset may not filter)
+		}
+		if err := cs.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete fake node %s: %w", n.Name, err))
+			continue
+		}
+		names = append(names, n.Name)
+	}
+	return names, errors.Join(errs...)
 }
 
 func deleteNamespace(ctx context.Context, cs kubernetes.Interface, name string) error {

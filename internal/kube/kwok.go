@@ -221,31 +221,3 @@ func (c *Cluster) stopFakeNodes(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
-
-// cleanFakeNodes deletes every node labelled ManagedBy=cnibench (fake nodes of any run) and
-// returns their names. Pods left on them are removed by the pod garbage collector.
-func cleanFakeNodes(ctx context.Context, c corev1Nodes) ([]string, error) {
-	list, err := c.List(ctx, metav1.ListOptions{LabelSelector: ManagedBy + "=" + ManagedByValue})
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	var names []string
-	var errs []error
-	for _, n := range list.Items {
-		if n.Labels[ManagedBy] != ManagedByValue || n.Labels[FakeNodeLabel] == "" {
-			continue // never a real node (the fake clientset may not filter)
-		}
-		if err := c.Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete fake node %s: %w", n.Name, err))
-			continue
-		}
-		names = append(names, n.Name)
-	}
-	return names, errors.Join(errs...)
-}
-
-// corev1Nodes is the part of the nodes client cleanFakeNodes uses.
-type corev1Nodes interface {
-	List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
-	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
-}

@@ -17,7 +17,6 @@ import (
 	"sync"
 
 	"github.com/cnibench/cnibench/internal/cluster"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
 )
 
 // StateRoot holds per-lab state (IPAM allocations, CNI cache); removed with the lab.
@@ -149,9 +148,8 @@ type Lab struct {
 
 	services    map[string]*service
 	svcSeq      int
-	svcChains   map[string]bool // chains of the last rendering
-	svcCounts   proxy.Counts
-	brNetfilter bool // bridge-nf-call-iptables set in the nodes
+	svcChains   []string // chains of the last rendering
+	brNetfilter bool     // bridge-nf-call-iptables set in the nodes
 }
 
 var _ cluster.Cluster = (*Lab)(nil)

@@ -3,7 +3,6 @@ package lab
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sort"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -84,7 +83,7 @@ func (l *Lab) programServices() error {
 			svcs = append(svcs, ps)
 		}
 	}
-	stale := slicesKeys(l.svcChains)
+	stale := l.svcChains // what RenderIPTables declares again is not stale
 	l.mu.Unlock()
 	input, cnt := proxy.RenderIPTables(svcs, proxy.Options{ClusterCIDR: l.cfg.ClusterCIDR, Stale: stale})
 	for _, n := range l.nodes {
@@ -101,20 +100,7 @@ func (l *Lab) programServices() error {
 	}
 	l.mu.Lock()
 	l.brNetfilter = true
-	l.svcChains = map[string]bool{}
-	for _, c := range cnt.Names {
-		l.svcChains[c] = true
-	}
-	l.svcCounts = cnt
+	l.svcChains = cnt.Names
 	l.mu.Unlock()
 	return nil
-}
-
-func slicesKeys(m map[string]bool) []string {
-	keys := make([]string, 0, len(m))
-	for k := range maps.Keys(m) {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -58,4 +58,10 @@ func TestRenderIPTables(t *testing.T) {
 	if string(again) != s {
 		t.Error("rendering depends on input order")
 	}
+	// A chain of an earlier rendering that is gone is flushed and deleted; one still in use is not.
+	gone, _ := RenderIPTables(svcs, Options{Stale: []string{"KUBE-SVC-GONEGONEGONEGONE", svc}})
+	if g := string(gone); !strings.Contains(g, ":KUBE-SVC-GONEGONEGONEGONE - [0:0]\n") ||
+		!strings.Contains(g, "-X KUBE-SVC-GONEGONEGONEGONE\n") || strings.Contains(g, "-X "+svc) {
+		t.Errorf("stale chains:\n%s", g)
+	}
 }

@@ -12,6 +12,7 @@ import (
 // catalog tells the plan what scenarios, dataplanes and protocols exist.
 func catalog() plan.Catalog {
 	cat := plan.Catalog{Scenarios: map[string]plan.ScenarioInfo{}, Dataplanes: lab.PresetNames(), NumCPU: runtime.NumCPU(),
+		Proxies: lab.Proxies, Policies: lab.PolicyEngines,
 		Tools: func(p string) string {
 			d, err := driver.For(p)
 			if err != nil {

@@ -719,11 +719,14 @@ func TestBadInput(t *testing.T) {
 		{"lab down bad prefix", []string{"lab", "down", "--prefix", "BAD"}, `invalid prefix "BAD"`},
 		{"lab down no prefix", []string{"lab", "down"}, `invalid prefix ""`},
 		{"resume nonexistent", []string{"run", "--resume", "/nonexistent"}, "/nonexistent is not a cnibench run directory"},
+		{"unknown proxy", []string{"run", "--scenario", "p2s", "--proxy", "bogus"}, `--proxy: unknown proxy "bogus"`},
+		{"proxy on kube", []string{"run", "--scenario", "p2s", "--backend", "kube", "--kubeconfig", "/nonexistent/kubeconfig", "--proxy", "nftables"}, "proxy and policy choose lab implementations"},
+		{"policies without silent pods", []string{"run", "--scenario", "p2p-policies", "--pods", "1", "--policies", "5"}, "5 policies need at least 3 silent pods"},
 		{"dataplane not built", []string{"run", "--scenario", "p2p", "--dataplane", "cilium", "--protocol", "tcp"}, "cilium is not available"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if c.name == "dataplane not built" || c.name == "mtu too small for the overlay" {
+			if c.name == "dataplane not built" || c.name == "mtu too small for the overlay" || c.name == "policies without silent pods" {
 				needRoot(t) // as another user the root check comes first
 			}
 			if probs := badInputCase(t, runOpts{}, c.want, c.args...); len(probs) > 0 {

@@ -38,7 +38,8 @@ func environment(args []string) map[string]any {
 		env["mem_total"] = strings.TrimSpace(v)
 	}
 	tools := map[string]string{}
-	for tool, argv := range map[string][]string{"iperf3": {"iperf3", "--version"}, "netperf": {"netperf", "-V"}} {
+	for tool, argv := range map[string][]string{"iperf3": {"iperf3", "--version"}, "netperf": {"netperf", "-V"},
+		"curl": {"curl", "--version"}, "nginx": {"nginx", "-v"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		out, _ := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 		cancel()

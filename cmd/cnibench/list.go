@@ -16,8 +16,6 @@ import (
 
 // planned scenarios that are not built yet, so `list` tells the whole story.
 var upcoming = map[string]string{
-	"p2s-replicas": "HTTP through a Service to N replicas: not built yet",
-	"p2p-policies": "pod to pod under many pods and NetworkPolicies: not built yet",
 	"chain":        "service-function chains: not built yet",
 	"vnf":          "packet-forwarding VNF (RFC 2544 search): not built yet",
 }
@@ -78,7 +76,7 @@ func newListCmd() *cobra.Command {
 				i := sc.Info()
 				fmt.Fprintf(w, "%s\t%s\t\t\t\tyes\t%s\n", n, strings.Join(i.Protocols, ","), i.Summary)
 			}
-			for _, n := range []string{"p2s-replicas", "p2p-policies", "chain", "vnf"} {
+			for _, n := range []string{"chain", "vnf"} {
 				fmt.Fprintf(w, "%s\t\t\t\t\tno\t%s\n", n, upcoming[n])
 			}
 			if err := w.Flush(); err != nil {
@@ -86,7 +84,8 @@ func newListCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintln(out, "\n* the preset's Service proxy or policy engine is not programmed yet: its cases run with none")
-			fmt.Fprintln(out, "  (the lab programs Services the iptables way today; nftables, ipvs and policies come next).")
+			fmt.Fprintln(out, "  (Services: iptables, iptables-legacy, nftables; ipvs is rendered but needs a kernel with IPVS;")
+			fmt.Fprintln(out, "  policies: iptables + ipset, nftables; eBPF parts come with the eBPF data planes).")
 			if rep == nil {
 				fmt.Fprintln(out, "(not root: host capabilities not checked; every lab case needs root)")
 			}

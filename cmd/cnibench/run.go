@@ -185,7 +185,7 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend,
 				return kube.New(ctx, kube.Config{Kubeconfig: kf.kubeconfig, RunID: runID, Image: kf.image,
 					Nodes: plan.ParseList(kf.nodes), TolerateTaints: kf.tolerate, FakeNodes: kf.fakeNodes, Kwok: kf.kwok})
 			}
-			return lab.Up(ctx, lab.Config{Prefix: newPrefix(), Dataplane: k.Dataplane, Nodes: k.Nodes, MTU: k.MTU})
+			return lab.Up(ctx, lab.Config{Prefix: newPrefix(), Dataplane: k.Dataplane, Nodes: k.Nodes, MTU: k.MTU, Proxy: k.Proxy, Policy: k.Policy})
 		},
 	}
 	fmt.Fprintf(stderr, "run %s -> %s\n", runID, out)
@@ -252,6 +252,11 @@ func expandCases(planFile string, set map[string]string, backend string) ([]resu
 		return nil, "", usagef("the plan expands to no cases")
 	}
 	if backend == "kube" {
+		for _, cs := range cases {
+			if v := cs.Case.Variant(); v != cs.Case.Dataplane {
+				return nil, "", usagef("case %s: proxy and policy choose lab implementations; a cluster runs its own (remove proxy/policy for --backend kube)", cs.Case.ID)
+			}
+		}
 		return kubeCases(cases), time.Now().UTC().Format("20060102T150405Z") + "-" + name, nil
 	}
 	// The case labels carry the effective data-plane parts.
@@ -310,8 +315,16 @@ func preflight(cases []result.CaseSpec) error {
 		if d.Name() == "netperf" {
 			tools["netserver"] = true
 		}
+		if d.Name() == "curl" {
+			tools["nginx"], tools["/bin/busybox"] = true, true
+		}
+		if sc, err := scenario.Get(c.Case.Scenario); err == nil && sc.Info().Check != nil {
+			if err := sc.Info().Check(c.Case); err != nil {
+				return usagef("case %s: %v", c.Case.ID, err)
+			}
+		}
 		// The lab configuration each case needs (dataplane known and built, MTU budget).
-		cfg := lab.Config{Prefix: "cnbcheck", Dataplane: c.Case.Dataplane, Nodes: c.Nodes, MTU: c.MTU}
+		cfg := lab.Config{Prefix: "cnbcheck", Dataplane: c.Case.Dataplane, Nodes: c.Nodes, MTU: c.MTU, Proxy: c.Case.Proxy, Policy: c.Case.Policy}
 		if err := cfg.Validate(); err != nil {
 			if p, lerr := lab.Lookup(cfg.Dataplane); lerr == nil && p.Missing != "" {
 				return usagef("dataplane %s is not available: %s (see cnibench list)", p.Name, p.Missing)

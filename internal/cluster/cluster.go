@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // ErrUnsupported marks something a backend or this host cannot do.
@@ -37,6 +39,16 @@ type PodSpec struct {
 	// runs nothing. Node "" lets the backend spread silent pods over its nodes; the kube backend
 	// places them on kwok fake nodes when the run has some.
 	Silent bool
+	// Ports are the pod's declared container ports (named ports of NetworkPolicies and
+	// Services resolve against them).
+	Ports []ContainerPort
+}
+
+// ContainerPort is a declared port of a pod.
+type ContainerPort struct {
+	Name     string // "" for an unnamed port
+	Port     int
+	Protocol string // "tcp", "udp" or "sctp"
 }
 
 // Pod is a created pod.
@@ -46,6 +58,7 @@ type Pod struct {
 	IP          string
 	HostNetwork bool
 	Labels      map[string]string
+	Ports       []ContainerPort
 }
 
 // ServicePort is one port of a Service.
@@ -140,6 +153,20 @@ type Cluster interface {
 	// endpoints (the pods matching the selector at that time).
 	CreateService(ctx context.Context, spec ServiceSpec) (Service, error)
 	DeleteService(ctx context.Context, name string) error
+	// CreateServices creates many Services at once (one data-plane programming on the lab,
+	// parallel API calls on a cluster) and returns them, in the order of specs, once traffic to
+	// each reaches its endpoints. On an error the Services already created are deleted again.
+	CreateServices(ctx context.Context, specs []ServiceSpec) ([]Service, error)
+	DeleteServices(ctx context.Context, names []string) error
+	// CreateNetworkPolicies installs networking.k8s.io/v1 NetworkPolicies (an empty Namespace
+	// means the run's namespace, where every pod of the run lives) and returns once they are
+	// programmed. A backend that cannot enforce them returns an error wrapping ErrUnsupported.
+	CreateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error
+	DeleteNetworkPolicies(ctx context.Context, names []string) error
+	// Programmed describes what the data plane holds now for Services and policies (counts of
+	// rules, chains, sets, set elements, ...; keys are metric names such as
+	// "proxy_rules"); backends that cannot see it return nil.
+	Programmed(ctx context.Context) map[string]float64
 	// BarePair creates two pods joined by nothing but one veth pair (baseline "bare").
 	BarePair(ctx context.Context, client, server string) (Pod, Pod, error)
 	// Exec runs argv in the pod to completion. A non-zero exit is not an error: see ExitCode.

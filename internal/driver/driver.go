@@ -52,6 +52,8 @@ func For(protocol string) (Driver, error) {
 		return iperf3{}, nil
 	case "rr", "crr", "udprr":
 		return netperf{}, nil
+	case "http":
+		return curlDriver{}, nil
 	}
 	return nil, fmt.Errorf("unknown protocol %q (valid: %s)", protocol, strings.Join(protocols, ", "))
 }
@@ -64,6 +66,8 @@ func ServerPort(tool string) int {
 		return 5201
 	case "netperf", "netserver":
 		return 12865
+	case "curl", "nginx":
+		return HTTPPort
 	}
 	return 0
 }
@@ -72,6 +76,8 @@ var versionRE = map[string]*regexp.Regexp{
 	"iperf3":    regexp.MustCompile(`iperf\s+(\d+\.\d+\S*)`),      // "iperf 3.12 (cJSON 1.7.15)"
 	"netperf":   regexp.MustCompile(`[Vv]ersion\s+(\d+\.\d+\S*)`), // "Netperf version 2.7.0"
 	"netserver": regexp.MustCompile(`[Vv]ersion\s+(\d+\.\d+\S*)`),
+	"curl":      regexp.MustCompile(`curl\s+(\d+\.\d+\S*)`), // "curl 7.88.1 (x86_64-pc-linux-gnu) ..."
+	"nginx":     regexp.MustCompile(`nginx/(\d+\.\d+\S*)`),   // "nginx version: nginx/1.22.1" (on stderr)
 }
 
 // Version extracts the version string from `iperf3 --version` or `netperf -V` output;

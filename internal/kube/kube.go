@@ -80,6 +80,9 @@ type Cluster struct {
 	fake []string     // kwok fake nodes of this run (Config.FakeNodes)
 	kwok *kwokProcess // the kwok controller managing them
 
+	probeMu sync.Mutex   // one NetworkPolicy enforcement probe at a time
+	prober  policyProber // nil: ncProber (tests set a fake)
+	policy  policyState  // the probe's cached result, under mu
 	mu      sync.Mutex
 	pods    map[string]cluster.Pod
 	real    map[string]string // scenario pod name -> pod name, for Deployment replicas
@@ -196,6 +199,10 @@ func (c *Cluster) Info() map[string]any {
 	} else if c.podMTU > 0 {
 		info["pod_mtu"] = c.podMTU
 		info["pod_mtu_source"] = "eth0 of the first pod"
+	}
+	if c.policy.probed {
+		info["networkpolicy_enforced"] = c.policy.enforced
+		info["networkpolicy_probe"] = c.policy.detail
 	}
 	c.mu.Unlock()
 	if len(c.fake) > 0 {
@@ -350,9 +357,14 @@ func isAlnum(ch byte) bool {
 // poll calls cond every pollInterval (first at once) until it returns true or an error, or
 // timeout passes, or ctx ends.
 func poll(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
+	return pollEvery(ctx, timeout, pollInterval, cond)
+}
+
+// pollEvery is poll with its own interval.
+func pollEvery(ctx context.Context, timeout, interval time.Duration, cond func(context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	t := time.NewTicker(pollInterval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		done, err := cond(ctx)

@@ -58,6 +58,7 @@ func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
 				Command:         []string{"/bin/busybox", "sleep", "infinity"},
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				SecurityContext: &corev1.SecurityContext{Privileged: &no},
+				Ports:           containerPorts(spec.Ports),
 			}},
 		},
 	}
@@ -68,6 +69,35 @@ func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
 		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	}
 	return p
+}
+
+// containerPorts declares the spec's ports on the container (protocol upper-cased, as the API
+// spells it; "" is TCP); nil for none.
+func containerPorts(ports []cluster.ContainerPort) []corev1.ContainerPort {
+	var out []corev1.ContainerPort
+	for _, p := range ports {
+		out = append(out, corev1.ContainerPort{Name: p.Name, ContainerPort: int32(p.Port), Protocol: corev1.Protocol(strings.ToUpper(p.Protocol))})
+	}
+	return out
+}
+
+// podPorts reads the declared ports of the pod's container back (protocol lower-cased, TCP
+// when the API left it empty); nil for none.
+func podPorts(p *corev1.Pod) []cluster.ContainerPort {
+	var out []cluster.ContainerPort
+	for _, ct := range p.Spec.Containers {
+		if ct.Name != ContainerName {
+			continue
+		}
+		for _, cp := range ct.Ports {
+			proto := strings.ToLower(string(cp.Protocol))
+			if proto == "" {
+				proto = "tcp"
+			}
+			out = append(out, cluster.ContainerPort{Name: cp.Name, Port: int(cp.ContainerPort), Protocol: proto})
+		}
+	}
+	return out
 }
 
 // deploymentObject wraps the pod of a server spec in a Deployment of one replica (the pod
@@ -132,6 +162,11 @@ func (c *Cluster) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cl
 			s.Node = c.nodes[i%len(c.nodes)].Name
 		case !c.hasNode(s.Node):
 			return nil, fmt.Errorf("node %q is not one of this run's nodes (%s)", s.Node, c.nodeList())
+		}
+		for _, p := range s.Ports {
+			if p.Port < 1 || p.Port > 65535 || !slices.Contains([]string{"", "tcp", "udp", "sctp"}, p.Protocol) {
+				return nil, fmt.Errorf("pod %s: container port %q %d/%s (want 1-65535 and tcp, udp or sctp)", s.Name, p.Name, p.Port, p.Protocol)
+			}
 		}
 	}
 	created := make([]bool, len(specs))
@@ -223,7 +258,7 @@ func (c *Cluster) awaitPods(ctx context.Context, specs []cluster.PodSpec) ([]clu
 			}
 			if ok {
 				up++
-				out[i] = cluster.Pod{Name: name, Node: p.Spec.NodeName, IP: p.Status.PodIP, HostNetwork: p.Spec.HostNetwork, Labels: maps.Clone(p.Labels)}
+				out[i] = cluster.Pod{Name: name, Node: p.Spec.NodeName, IP: p.Status.PodIP, HostNetwork: p.Spec.HostNetwork, Labels: maps.Clone(p.Labels), Ports: podPorts(p)}
 				c.mu.Lock()
 				c.real[name] = p.Name
 				c.mu.Unlock()

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -35,46 +38,204 @@ func (c *Cluster) serviceObject(spec cluster.ServiceSpec) *corev1.Service {
 	return svc
 }
 
-// CreateService implements cluster.Cluster: a real Service, returned once its EndpointSlices
-// list every pod of this run that matches the selector as ready. (kube-proxy programs it on its
-// own schedule after that; its sync is usually well under a second.)
+// CreateService implements cluster.Cluster: CreateServices with one spec.
 func (c *Cluster) CreateService(ctx context.Context, spec cluster.ServiceSpec) (cluster.Service, error) {
-	if len(spec.Ports) == 0 {
-		return cluster.Service{}, fmt.Errorf("service %s: no ports", spec.Name)
+	svcs, err := c.CreateServices(ctx, []cluster.ServiceSpec{spec})
+	if err != nil {
+		return cluster.Service{}, err
 	}
-	want := 0
+	return svcs[0], nil
+}
+
+// CreateServices implements cluster.Cluster. It creates every Service (in parallel, through
+// the client's QPS and burst of LoadConfig), then waits until each one's EndpointSlices list as
+// many ready addresses as the run has pods (not host-network) matching its selector: one List of
+// the run's EndpointSlices per poll for the whole batch, grouped by the kubernetes.io/service-name
+// label (the EndpointSlice controller copies the Service's labels, the run's among them, onto
+// its slices). The wait lasts at most podTimeout plus 100 ms per Service: the controller
+// manager writes slices at its own client rate (20 per second by default).
+//
+// Then, for each Service that has at least one matching pod on a real node, it waits until
+// the ClusterIP answers from a pod of the run (awaitProxy; up to createWorkers execs at a
+// time). A Service whose pods all sit on kwok fake nodes is not probed: those pods exist only
+// in the API (kwok makes up their IPs, no node routes them), so a connection to its ClusterIP
+// times out and the probe could never succeed. Nothing is lost against seed 001: its silent
+// pods did not answer either, they only load the data plane. For those Services the call
+// returns once the EndpointSlices are complete, and kube-proxy programs them on its own
+// schedule. On an error the Services created by this call are deleted again.
+func (c *Cluster) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) ([]cluster.Service, error) {
 	c.mu.Lock()
-	for _, p := range c.pods {
-		if !p.HostNetwork && cluster.Selects(spec.Selector, p.Labels) {
-			want++
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, errors.New("cluster closed")
+	}
+	if err := checkServiceSpecs(specs); err != nil {
+		return nil, err
+	}
+	// What each Service must list: the run's pod-network pods its selector picks now.
+	want := make([]int, len(specs))
+	probe := make([]bool, len(specs))
+	c.mu.Lock()
+	for i, s := range specs {
+		for _, p := range c.pods {
+			if !p.HostNetwork && cluster.Selects(s.Selector, p.Labels) {
+				want[i]++
+				if !c.isFake(p.Node) {
+					probe[i] = true
+				}
+			}
 		}
 	}
 	c.mu.Unlock()
-	created, err := c.cs.CoreV1().Services(c.ns).Create(ctx, c.serviceObject(spec), metav1.CreateOptions{})
-	if err != nil {
-		return cluster.Service{}, fmt.Errorf("create service %s: %w", spec.Name, err)
-	}
-	var eps []string
-	err = poll(ctx, podTimeout, func(ctx context.Context) (bool, error) {
-		list, err := c.cs.DiscoveryV1().EndpointSlices(c.ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + spec.Name})
+
+	ips := make([]string, len(specs))
+	created := make([]bool, len(specs))
+	err := cluster.Parallel(ctx, len(specs), createWorkers, func(i int) error {
+		svc, err := c.cs.CoreV1().Services(c.ns).Create(ctx, c.serviceObject(specs[i]), metav1.CreateOptions{})
 		if err != nil {
-			return false, err
+			return &serviceError{specs[i].Name, fmt.Errorf("create: %w", err)}
 		}
-		eps = readyAddresses(list.Items)
-		return len(eps) >= want, nil
+		created[i] = true
+		ips[i] = svc.Spec.ClusterIP
+		return nil
 	})
+	var eps [][]string
+	if err == nil {
+		eps, err = c.awaitEndpoints(ctx, specs, want)
+	}
+	if err == nil {
+		err = cluster.Parallel(ctx, len(specs), createWorkers, func(i int) error {
+			if !probe[i] {
+				return nil
+			}
+			if err := c.awaitProxy(ctx, ips[i], specs[i].Ports); err != nil {
+				return &serviceError{specs[i].Name, err}
+			}
+			return nil
+		})
+	}
 	if err != nil {
-		_ = c.DeleteService(context.WithoutCancel(ctx), spec.Name)
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("%d of %d endpoints ready after %s", len(eps), want, podTimeout)
+		var names []string
+		for i, ok := range created {
+			if ok {
+				names = append(names, specs[i].Name)
+			}
 		}
-		return cluster.Service{}, fmt.Errorf("service %s: %w", spec.Name, err)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), podTimeout)
+		defer cancel()
+		_ = c.DeleteServices(dctx, names)
+		return nil, batchError(specs, err)
 	}
-	if err := c.awaitProxy(ctx, created.Spec.ClusterIP, spec.Ports); err != nil {
-		_ = c.DeleteService(context.WithoutCancel(ctx), spec.Name)
-		return cluster.Service{}, fmt.Errorf("service %s: %w", spec.Name, err)
+	out := make([]cluster.Service, len(specs))
+	for i, s := range specs {
+		out[i] = cluster.Service{Name: s.Name, ClusterIP: ips[i], Ports: slices.Clone(s.Ports), Endpoints: eps[i]}
 	}
-	return cluster.Service{Name: spec.Name, ClusterIP: created.Spec.ClusterIP, Ports: spec.Ports, Endpoints: eps}, nil
+	return out, nil
+}
+
+// batchError says which Services an error of CreateServices is about: errors of one Service
+// name it already; others (the endpoint wait, a cancelled context) get the name of a single
+// Service or the size of the batch.
+func batchError(specs []cluster.ServiceSpec, err error) error {
+	var one *serviceError
+	switch {
+	case errors.As(err, &one):
+		return err
+	case len(specs) == 1:
+		return fmt.Errorf("service %s: %w", specs[0].Name, err)
+	}
+	return fmt.Errorf("%d services: %w", len(specs), err)
+}
+
+// serviceError is an error about one Service.
+type serviceError struct {
+	name string
+	err  error
+}
+
+func (e *serviceError) Error() string { return "service " + e.name + ": " + e.err.Error() }
+func (e *serviceError) Unwrap() error { return e.err }
+
+// checkServiceSpecs rejects what the API server would reject only after part of a batch
+// exists: a Service without ports, an unknown protocol, a name given twice.
+func checkServiceSpecs(specs []cluster.ServiceSpec) error {
+	seen := map[string]bool{}
+	for _, s := range specs {
+		if s.Name == "" {
+			return errors.New("service without a name")
+		}
+		if seen[s.Name] {
+			return fmt.Errorf("service %s requested twice", s.Name)
+		}
+		seen[s.Name] = true
+		if len(s.Ports) == 0 {
+			return fmt.Errorf("service %s: no ports", s.Name)
+		}
+		for _, p := range s.Ports {
+			switch p.Protocol {
+			case "", "tcp", "udp", "sctp":
+			default:
+				return fmt.Errorf("service %s: port %d: protocol %q (want tcp, udp or sctp)", s.Name, p.Port, p.Protocol)
+			}
+		}
+	}
+	return nil
+}
+
+// awaitEndpoints waits until the EndpointSlices of every Service of specs list at least
+// want[i] ready addresses, and returns them (sorted) per spec.
+func (c *Cluster) awaitEndpoints(ctx context.Context, specs []cluster.ServiceSpec, want []int) ([][]string, error) {
+	index := make(map[string]int, len(specs))
+	for i, s := range specs {
+		index[s.Name] = i
+	}
+	eps := make([][]string, len(specs))
+	sel := ManagedBy + "=" + ManagedByValue + "," + RunLabel + "=" + LabelValue(c.cfg.RunID)
+	timeout := podTimeout + time.Duration(len(specs))*100*time.Millisecond
+	// A list of 10,000 slices is megabytes to send and decode: a big batch polls less often
+	// (10,000 Services: every 2.5 s), which its controller-paced wait hardly notices.
+	interval := pollInterval + time.Duration(len(specs))*200*time.Microsecond
+	err := pollEvery(ctx, timeout, interval, func(ctx context.Context) (bool, error) {
+		list, err := c.cs.DiscoveryV1().EndpointSlices(c.ns).List(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: "0"})
+		if err != nil {
+			return false, fmt.Errorf("list endpointslices: %w", err)
+		}
+		bySvc := make([][]discoveryv1.EndpointSlice, len(specs))
+		for _, s := range list.Items {
+			if i, ok := index[s.Labels[discoveryv1.LabelServiceName]]; ok {
+				bySvc[i] = append(bySvc[i], s)
+			}
+		}
+		done := true
+		for i := range specs {
+			eps[i] = readyAddresses(bySvc[i])
+			if len(eps[i]) < want[i] {
+				done = false
+			}
+		}
+		return done, nil
+	})
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		var short []string
+		for i, s := range specs {
+			if len(eps[i]) < want[i] {
+				short = append(short, fmt.Sprintf("%s (%d of %d)", s.Name, len(eps[i]), want[i]))
+			}
+		}
+		first := short
+		if len(first) > 5 {
+			first = append(first[:5:5], "...")
+		}
+		err = fmt.Errorf("%d of %d services without all their ready endpoints after %s: %s", len(short), len(specs), timeout, strings.Join(first, ", "))
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i := range eps {
+		sort.Strings(eps[i])
+	}
+	return eps, nil
 }
 
 // awaitProxy waits until the Service proxy (kube-proxy, or the CNI's replacement) has
@@ -139,9 +300,18 @@ func readyAddresses(slices []discoveryv1.EndpointSlice) []string {
 
 // DeleteService implements cluster.Cluster.
 func (c *Cluster) DeleteService(ctx context.Context, name string) error {
-	err := c.cs.CoreV1().Services(c.ns).Delete(ctx, name, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete service %s: %w", name, err)
-	}
-	return nil
+	return c.DeleteServices(ctx, []string{name})
+}
+
+// DeleteServices implements cluster.Cluster: deletes the Services in parallel (one that does
+// not exist is not an error). It does not wait: a Service is gone once the API server accepted
+// the delete, and its EndpointSlices follow through the garbage collector.
+func (c *Cluster) DeleteServices(ctx context.Context, names []string) error {
+	return cluster.Parallel(ctx, len(names), createWorkers, func(i int) error {
+		err := c.cs.CoreV1().Services(c.ns).Delete(ctx, names[i], metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete service %s: %w", names[i], err)
+		}
+		return nil
+	})
 }

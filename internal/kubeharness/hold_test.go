@@ -7,13 +7,22 @@ import (
 )
 
 // TestHold keeps a harness cluster up for exploration: CNIBENCH_KUBE_HOLD=FILE writes the
-// kubeconfig path to FILE and tears down once FILE is removed.
+// kubeconfig path to FILE and tears down once FILE is removed. CNIBENCH_KUBE_HOLD_PROXY
+// chooses kube-proxy's mode: iptables (default) or nftables.
 func TestHold(t *testing.T) {
 	f := os.Getenv("CNIBENCH_KUBE_HOLD")
 	if f == "" {
 		t.Skip("CNIBENCH_KUBE_HOLD=FILE holds a cluster up for exploration")
 	}
-	h := upForTest(t, "iptables")
+	mode := os.Getenv("CNIBENCH_KUBE_HOLD_PROXY")
+	switch mode {
+	case "":
+		mode = "iptables"
+	case "iptables", "nftables":
+	default:
+		t.Fatalf("CNIBENCH_KUBE_HOLD_PROXY=%q: want iptables or nftables", mode)
+	}
+	h := upForTest(t, mode)
 	if err := os.WriteFile(f, []byte(h.Kubeconfig+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

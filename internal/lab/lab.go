@@ -14,7 +14,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
+
+	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 )
@@ -31,6 +35,9 @@ type Config struct {
 	ClusterCIDR  string // default 10.244.0.0/16; node i gets the i-th /24
 	UnderlayCIDR string // default 172.30.0.0/24
 	CNIPath      []string
+	// Proxy and Policy override the preset's Service implementation and policy engine ("" =
+	// the preset's); see Proxies and PolicyEngines.
+	Proxy, Policy string
 }
 
 var prefixRe = regexp.MustCompile(`^cnb[a-z0-9]{1,8}$`)
@@ -57,10 +64,30 @@ func (c *Config) Validate() error {
 	if p.Missing != "" {
 		return cluster.Unsupported("dataplane %s: %s", p.Name, p.Missing)
 	}
+	if c.Proxy != "" && !slices.Contains(Proxies, c.Proxy) {
+		return fmt.Errorf("unknown proxy %q (valid: %s)", c.Proxy, strings.Join(Proxies, ", "))
+	}
+	if c.Policy != "" && !slices.Contains(PolicyEngines, c.Policy) {
+		return fmt.Errorf("unknown policy engine %q (valid: %s)", c.Policy, strings.Join(PolicyEngines, ", "))
+	}
 	if c.MTU-p.Overhead() < 576 {
 		return fmt.Errorf("mtu %d leaves pods below 576 bytes after %d bytes of %s overhead (use --mtu %d or more)", c.MTU, p.Overhead(), p.Overlay, 576+p.Overhead())
 	}
 	return nil
+}
+
+// parts returns the Service implementation and policy engine a lab of this configuration runs.
+func (c *Config) parts(p Preset) (proxy, policy string) {
+	proxy, policy = p.Effective()
+	if p.Attach == "bridge" || p.Attach == "routed" {
+		if c.Proxy != "" {
+			proxy = c.Proxy
+		}
+		if c.Policy != "" {
+			policy = c.Policy
+		}
+	}
+	return proxy, policy
 }
 
 func (c *Config) defaults() error {
@@ -122,14 +149,18 @@ type node struct {
 	ns      string // namespace name
 	ip      net.IP // underlay address
 	podCIDR *net.IPNet
-	vtepMAC net.HardwareAddr
+	// silentCIDR holds the node's silent pods (see silent.go); nil when the cluster CIDR has no
+	// room for it.
+	silentCIDR *net.IPNet
+	vtepMAC    net.HardwareAddr
 }
 
 // pod is one lab pod.
 type pod struct {
 	cluster.Pod
-	ns       string // namespace (the node's for host-network pods)
+	ns       string // namespace (the node's for host-network pods, the holder's for silent ones)
 	attached bool   // attached through CNI (needs CNI DEL)
+	silent   bool   // an address in the node's silent-pod holder
 }
 
 // Lab is a running lab cluster; it implements cluster.Cluster.
@@ -150,6 +181,14 @@ type Lab struct {
 	svcSeq      int
 	svcChains   []string // chains of the last rendering
 	brNetfilter bool     // bridge-nf-call-iptables set in the nodes
+	progMu      sync.Mutex
+	programmed  map[string]float64 // what the last Service/policy programming installed
+	proxy       string             // effective Service implementation
+	policy      string             // effective policy engine
+	policies    map[string]networkingv1.NetworkPolicy
+
+	holdMu  sync.Mutex
+	holders map[string]*holder // node name -> silent-pod holder
 }
 
 var _ cluster.Cluster = (*Lab)(nil)
@@ -175,7 +214,9 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab backend needs root (network namespaces): run as root")
 	}
-	l = &Lab{cfg: cfg, preset: p, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, services: map[string]*service{}}
+	l = &Lab{cfg: cfg, preset: p, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, services: map[string]*service{},
+		holders: map[string]*holder{}, programmed: map[string]float64{}, policies: map[string]networkingv1.NetworkPolicy{}}
+	l.proxy, l.policy = cfg.parts(p)
 	defer func() {
 		if err != nil {
 			_ = l.Close(context.Background())
@@ -264,7 +305,7 @@ func (l *Lab) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod,
 		l.mu.Unlock()
 		return cluster.Pod{}, fmt.Errorf("pod %q already exists", spec.Name)
 	}
-	p := &pod{Pod: cluster.Pod{Name: spec.Name, Node: n.name, Labels: spec.Labels, HostNetwork: spec.HostNetwork}}
+	p := &pod{Pod: cluster.Pod{Name: spec.Name, Node: n.name, Labels: spec.Labels, HostNetwork: spec.HostNetwork, Ports: spec.Ports}}
 	l.pods[spec.Name] = p // reserve the name
 	l.mu.Unlock()
 	if spec.HostNetwork {
@@ -274,6 +315,13 @@ func (l *Lab) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod,
 	if l.preset.Attach != "bridge" && l.preset.Attach != "routed" {
 		l.forget(spec.Name)
 		return cluster.Pod{}, cluster.Unsupported("dataplane %s has no pod network (host-network pods only)", l.preset.Name)
+	}
+	if spec.Silent {
+		if err := l.createSilent(ctx, p, n, spec.Ports); err != nil {
+			l.forget(spec.Name)
+			return cluster.Pod{}, fmt.Errorf("silent pod %s on %s: %w", spec.Name, n.name, err)
+		}
+		return p.Pod, nil
 	}
 	p.ns = l.cfg.Prefix + "-p-" + spec.Name
 	if err := createNS(p.ns); err != nil {
@@ -305,6 +353,16 @@ func (l *Lab) DeletePod(ctx context.Context, name string) error {
 		return err
 	}
 	l.stopProcs(p.Name)
+	if p.silent {
+		l.forget(name)
+		l.holdMu.Lock()
+		h := l.holders[p.Node]
+		l.holdMu.Unlock()
+		if h == nil {
+			return nil
+		}
+		return h.remove(net.ParseIP(p.IP))
+	}
 	var errs []error
 	if p.attached {
 		n, _ := l.node(p.Node)
@@ -319,7 +377,7 @@ func (l *Lab) DeletePod(ctx context.Context, name string) error {
 
 // Info implements cluster.Cluster.
 func (l *Lab) Info() map[string]any {
-	proxy, policy := l.preset.Effective()
+	proxy, policy := l.proxy, l.policy
 	info := map[string]any{
 		"backend": "lab", "dataplane": l.preset.Name, "attach": l.preset.Attach, "overlay": l.preset.Overlay,
 		"proxy": proxy, "policy": policy,
@@ -336,6 +394,7 @@ func (l *Lab) Info() map[string]any {
 // Close implements cluster.Cluster: idempotent removal of everything with the lab's prefix.
 func (l *Lab) Close(ctx context.Context) error {
 	l.stopProcs("")
+	l.closeHolders()
 	return Clean(l.cfg.Prefix)
 }
 

@@ -76,7 +76,7 @@ func (l *Lab) buildUnderlay() error {
 	}
 	for i := 0; i < l.cfg.Nodes; i++ {
 		n := &node{name: fmt.Sprintf("node%d", i), ns: fmt.Sprintf("%s-n%d", l.cfg.Prefix, i), ip: nthIP(ul.IP, 10+i),
-			podCIDR: &net.IPNet{IP: nthIP(cc.IP, 256*i), Mask: net.CIDRMask(24, 32)}}
+			podCIDR: &net.IPNet{IP: nthIP(cc.IP, 256*i), Mask: net.CIDRMask(24, 32)}, silentCIDR: silentBlock(cc, l.cfg.Nodes, i)}
 		l.nodes = append(l.nodes, n)
 		if err := createNS(n.ns); err != nil {
 			return err
@@ -176,8 +176,10 @@ func (l *Lab) buildPodNetwork() error {
 				}
 				if vtep == nil {
 					// Native routing (flannel host-gw, Calico BGP): the remote pod CIDR via the remote node.
-					if err := h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Dst: m.podCIDR, Gw: m.ip}); err != nil {
-						return fmt.Errorf("route %s via %s: %w", m.podCIDR, m.ip, err)
+					for _, dst := range m.blocks() {
+						if err := h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Dst: dst, Gw: m.ip}); err != nil {
+							return fmt.Errorf("route %s via %s: %w", dst, m.ip, err)
+						}
 					}
 					continue
 				}
@@ -233,8 +235,19 @@ func (l *Lab) programRemoteVTEP(h *netlink.Handle, vtep netlink.Link, m *node) e
 		Flags: netlink.NTF_SELF, IP: m.ip, HardwareAddr: m.vtepMAC}); err != nil {
 		return fmt.Errorf("fdb %s -> %s: %w", m.vtepMAC, m.ip, err)
 	}
-	if err := h.RouteAdd(&netlink.Route{LinkIndex: idx, Dst: m.podCIDR, Gw: m.podCIDR.IP, Flags: int(netlink.FLAG_ONLINK)}); err != nil {
-		return fmt.Errorf("route %s via %s: %w", m.podCIDR, m.podCIDR.IP, err)
+	for _, dst := range m.blocks() {
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: idx, Dst: dst, Gw: m.podCIDR.IP, Flags: int(netlink.FLAG_ONLINK)}); err != nil {
+			return fmt.Errorf("route %s via %s: %w", dst, m.podCIDR.IP, err)
+		}
 	}
 	return nil
+}
+
+// blocks are the address blocks other nodes route to this node: its pod CIDR and its
+// silent-pod block.
+func (n *node) blocks() []*net.IPNet {
+	if n.silentCIDR == nil {
+		return []*net.IPNet{n.podCIDR}
+	}
+	return []*net.IPNet{n.podCIDR, n.silentCIDR}
 }

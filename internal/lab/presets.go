@@ -25,8 +25,8 @@ type Preset struct {
 // builtProxies and builtPolicies are the Service proxies and policy engines the lab programs
 // today; a preset's other parts are its target, not what a case runs with.
 var (
-	builtProxies  = map[string]bool{"none": true, "iptables": true}
-	builtPolicies = map[string]bool{"none": true}
+	builtProxies  = map[string]bool{"none": true, "iptables": true, "iptables-legacy": true, "nftables": true, "ipvs": true}
+	builtPolicies = map[string]bool{"none": true, "iptables": true, "nftables": true}
 )
 
 // Effective returns the proxy and policy a case on this preset really runs with.
@@ -61,7 +61,7 @@ var presets = map[string]Preset{
 	"cilium": {Name: "cilium", Attach: "ebpf", Overlay: "vxlan", Proxy: "ebpf", Policy: "ebpf",
 		Emulates: "Cilium with kube-proxy replacement", Missing: "eBPF attach (tc redirect_peer) is not built yet (roadmap item 5)"},
 	"kube-router": {Name: "kube-router", Attach: "bridge", Overlay: "none", Proxy: "nftables", Policy: "iptables",
-		Emulates: "kube-router", Missing: "Service proxies are not built yet (roadmap item 3)"},
+		Emulates: "kube-router (bridge, kube-proxy nftables Services, iptables + ipset policies)"},
 	"antrea": {Name: "antrea", Attach: "ovs-userspace", Overlay: "vxlan", Proxy: "iptables", Policy: "iptables",
 		Emulates: "Antrea-like OVS (userspace datapath)", Missing: "OVS attachment is not built yet"},
 	"polycube": {Name: "polycube", Attach: "ebpf-chain", Overlay: "vxlan", Proxy: "ebpf", Policy: "ebpf",

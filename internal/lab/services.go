@@ -2,8 +2,11 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
+	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/lab/proxy"
@@ -19,55 +22,141 @@ type service struct {
 	eps  []string
 }
 
-// CreateService implements cluster.Cluster: the Service is programmed in every node the way
-// the preset's proxy does it (kube-proxy's iptables layout) and is ready when it returns.
+// Proxies are the lab's Service implementations: kube-proxy's iptables layout applied with
+// iptables-nft or iptables-legacy, its nftables layout, and its IPVS layout (rendered, run only
+// where the kernel has IPVS).
+var Proxies = []string{"iptables", "iptables-legacy", "nftables", "ipvs", "none"}
+
+// CreateService implements cluster.Cluster.
 func (l *Lab) CreateService(ctx context.Context, spec cluster.ServiceSpec) (cluster.Service, error) {
-	if l.preset.Proxy != "iptables" {
-		return cluster.Service{}, cluster.Unsupported("dataplane %s: Service implementation %q is not built in the lab yet", l.preset.Name, l.preset.Proxy)
-	}
-	if len(spec.Ports) == 0 {
-		return cluster.Service{}, fmt.Errorf("service %s: no ports", spec.Name)
-	}
-	l.mu.Lock()
-	if _, dup := l.services[spec.Name]; dup {
-		l.mu.Unlock()
-		return cluster.Service{}, fmt.Errorf("service %q already exists", spec.Name)
-	}
-	n := 10 + l.svcSeq
-	l.svcSeq++
-	s := &service{spec: spec, ip: fmt.Sprintf("%s.%d.%d", serviceBase, n/256, n%256)}
-	for _, p := range l.pods {
-		if !p.HostNetwork && p.IP != "" && cluster.Selects(spec.Selector, p.Labels) {
-			s.eps = append(s.eps, p.IP)
-		}
-	}
-	sort.Strings(s.eps)
-	l.services[spec.Name] = s
-	l.mu.Unlock()
-	if err := l.programServices(); err != nil {
-		l.mu.Lock()
-		delete(l.services, spec.Name)
-		l.mu.Unlock()
+	out, err := l.CreateServices(ctx, []cluster.ServiceSpec{spec})
+	if err != nil {
 		return cluster.Service{}, err
 	}
-	return cluster.Service{Name: spec.Name, ClusterIP: s.ip, Ports: spec.Ports, Endpoints: s.eps}, nil
+	return out[0], nil
+}
+
+// CreateServices implements cluster.Cluster: the Services are programmed in every node the
+// way the lab's proxy does it, with one rendering and one apply per node, and are ready when it
+// returns. Endpoints are the pods matching each selector now.
+func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) ([]cluster.Service, error) {
+	if err := l.proxyUsable(); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	byLabel := map[string][]*pod{} // "key=value" -> pods, to resolve 10,000 selectors quickly
+	for _, p := range l.pods {
+		if p.HostNetwork || p.IP == "" {
+			continue
+		}
+		for k, v := range p.Labels {
+			byLabel[k+"="+v] = append(byLabel[k+"="+v], p)
+		}
+	}
+	out := make([]cluster.Service, len(specs))
+	var added []string
+	var err error
+	for i, spec := range specs {
+		if len(spec.Ports) == 0 {
+			err = fmt.Errorf("service %s: no ports", spec.Name)
+			break
+		}
+		if _, dup := l.services[spec.Name]; dup {
+			err = fmt.Errorf("service %q already exists", spec.Name)
+			break
+		}
+		n := 10 + l.svcSeq
+		if n >= 1<<16-1 {
+			err = fmt.Errorf("service %s: the lab's service range %s.0.0/16 is full", spec.Name, serviceBase)
+			break
+		}
+		l.svcSeq++
+		s := &service{spec: spec, ip: fmt.Sprintf("%s.%d.%d", serviceBase, n/256, n%256)}
+		s.eps = selectIPs(byLabel, spec.Selector)
+		l.services[spec.Name] = s
+		added = append(added, spec.Name)
+		out[i] = cluster.Service{Name: spec.Name, ClusterIP: s.ip, Ports: spec.Ports, Endpoints: s.eps}
+	}
+	l.mu.Unlock()
+	if err == nil {
+		err = l.programServices()
+	}
+	if err != nil {
+		l.mu.Lock()
+		for _, n := range added {
+			delete(l.services, n)
+		}
+		l.mu.Unlock()
+		if len(added) > 0 {
+			err = errors.Join(err, l.programServices())
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// selectIPs returns the sorted addresses of the pods whose labels include the selector.
+func selectIPs(byLabel map[string][]*pod, sel map[string]string) []string {
+	if len(sel) == 0 {
+		return nil
+	}
+	var first string
+	for k, v := range sel { // the rarest label narrows the candidates most
+		if c := k + "=" + v; first == "" || len(byLabel[c]) < len(byLabel[first]) {
+			first = c
+		}
+	}
+	var ips []string
+	for _, p := range byLabel[first] {
+		if cluster.Selects(sel, p.Labels) {
+			ips = append(ips, p.IP)
+		}
+	}
+	sort.Strings(ips)
+	return ips
 }
 
 // DeleteService implements cluster.Cluster.
 func (l *Lab) DeleteService(ctx context.Context, name string) error {
+	return l.DeleteServices(ctx, []string{name})
+}
+
+// DeleteServices implements cluster.Cluster: one reprogramming for all of them.
+func (l *Lab) DeleteServices(ctx context.Context, names []string) error {
 	l.mu.Lock()
-	_, ok := l.services[name]
-	delete(l.services, name)
+	gone := 0
+	for _, n := range names {
+		if _, ok := l.services[n]; ok {
+			delete(l.services, n)
+			gone++
+		}
+	}
 	l.mu.Unlock()
-	if !ok {
+	if gone == 0 {
 		return nil
 	}
 	return l.programServices()
 }
 
-// programServices renders every Service of the lab and applies it in every node with one
-// iptables-restore (chains of Services gone since the last time are removed).
+// proxyUsable says whether the lab's proxy can program Services here.
+func (l *Lab) proxyUsable() error {
+	switch l.proxy {
+	case "iptables", "iptables-legacy", "nftables":
+		return nil
+	case "ipvs":
+		if ok, why := proxy.IPVSAvailable(); !ok {
+			return cluster.Unsupported("proxy ipvs: %s (the rules are rendered and tested as text only)", why)
+		}
+		return cluster.Unsupported("proxy ipvs: the kernel has IPVS but the lab does not program it yet")
+	}
+	return cluster.Unsupported("dataplane %s has no Service implementation (proxy %q)", l.preset.Name, l.proxy)
+}
+
+// programServices renders every Service of the lab and applies it in every node: one
+// iptables-restore (chains of Services gone since the last time are removed) or one nft
+// transaction per node. It records what was installed and how long it took.
 func (l *Lab) programServices() error {
+	start := time.Now()
 	l.mu.Lock()
 	var svcs []proxy.Service
 	for _, s := range l.services {
@@ -76,7 +165,7 @@ func (l *Lab) programServices() error {
 			if target == 0 {
 				target = p.Port
 			}
-			ps := proxy.Service{Namespace: l.cfg.Prefix, Name: s.spec.Name, PortName: p.Name, ClusterIP: s.ip, Port: p.Port, Protocol: p.Protocol}
+			ps := proxy.Service{Namespace: l.cfg.Prefix, Name: s.spec.Name, PortName: p.Name, ClusterIP: s.ip, Port: p.Port, Protocol: strings.ToLower(p.Protocol)}
 			for _, ip := range s.eps {
 				ps.Endpoints = append(ps.Endpoints, proxy.Endpoint{IP: ip, Port: target})
 			}
@@ -85,22 +174,86 @@ func (l *Lab) programServices() error {
 	}
 	stale := l.svcChains // what RenderIPTables declares again is not stale
 	l.mu.Unlock()
-	input, cnt := proxy.RenderIPTables(svcs, proxy.Options{ClusterCIDR: l.cfg.ClusterCIDR, Stale: stale})
-	for _, n := range l.nodes {
-		if l.preset.Attach == "bridge" && !l.brNetfilter {
-			// kube-proxy needs bridged pod-to-pod traffic to pass iptables (replies of DNATed
-			// connections between pods on one bridge).
-			if err := writeSysctl(n.ns, "net/bridge/bridge-nf-call-iptables", "1"); err != nil {
-				return err
-			}
+	opt := proxy.Options{ClusterCIDR: l.cfg.ClusterCIDR, ServiceCIDR: serviceBase + ".0.0/16", Stale: stale}
+	var input []byte
+	var cnt proxy.Counts
+	if l.proxy == "nftables" {
+		input, cnt = proxy.RenderNFTables(svcs, opt)
+	} else {
+		input, cnt = proxy.RenderIPTables(svcs, opt)
+	}
+	rendered := time.Since(start)
+	if err := l.bridgeNetfilter(); err != nil {
+		return err
+	}
+	err := cluster.Parallel(context.Background(), len(l.nodes), len(l.nodes), func(i int) error {
+		n := l.nodes[i]
+		var err error
+		switch l.proxy {
+		case "nftables":
+			err = proxy.ApplyNFTables(nsPath(n.ns), input)
+		case "iptables-legacy":
+			err = proxy.ApplyIPTables(nsPath(n.ns), "legacy", input)
+		default:
+			err = proxy.ApplyIPTables(nsPath(n.ns), "nft", input)
 		}
-		if err := proxy.ApplyIPTables(nsPath(n.ns), "nft", input); err != nil {
+		if err != nil {
 			return fmt.Errorf("program Services in %s: %w", n.name, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	l.mu.Lock()
-	l.brNetfilter = true
-	l.svcChains = cnt.Names
+	if l.proxy != "nftables" {
+		l.svcChains = cnt.Names
+	}
 	l.mu.Unlock()
+	l.record(map[string]float64{
+		"proxy_services_count": float64(cnt.Services), "proxy_endpoints_count": float64(cnt.Endpoints),
+		"proxy_chains_count": float64(cnt.Chains), "proxy_rules_count": float64(cnt.Rules),
+		"proxy_render_ms":  float64(rendered.Microseconds()) / 1000,
+		"proxy_program_ms": float64(time.Since(start).Microseconds()) / 1000,
+	})
 	return nil
+}
+
+// bridgeNetfilter makes bridged pod traffic pass the IP hooks in the nodes of bridge presets,
+// once: kube-proxy needs it for replies of DNATed connections between pods on one bridge, and
+// policies must see bridged packets.
+func (l *Lab) bridgeNetfilter() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.preset.Attach != "bridge" || l.brNetfilter {
+		return nil
+	}
+	for _, n := range l.nodes {
+		if err := writeSysctl(n.ns, "net/bridge/bridge-nf-call-iptables", "1"); err != nil {
+			return err
+		}
+	}
+	l.brNetfilter = true
+	return nil
+}
+
+// record keeps figures of the last programming for Programmed.
+func (l *Lab) record(m map[string]float64) {
+	l.progMu.Lock()
+	defer l.progMu.Unlock()
+	for k, v := range m {
+		l.programmed[k] = v
+	}
+}
+
+// Programmed implements cluster.Cluster: what the last Service and policy programming
+// installed in each node, and how long it took.
+func (l *Lab) Programmed(ctx context.Context) map[string]float64 {
+	l.progMu.Lock()
+	defer l.progMu.Unlock()
+	out := make(map[string]float64, len(l.programmed))
+	for k, v := range l.programmed {
+		out[k] = v
+	}
+	return out
 }

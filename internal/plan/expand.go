@@ -2,7 +2,6 @@ package plan
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/cnibench/cnibench/internal/result"
 )
@@ -12,8 +11,8 @@ import (
 // policies > pods > replicas > proxy > policy. Dataplane x placement combinations the
 // scenario's Valid rejects are dropped. A case whose ID an earlier case already has is
 // dropped (the first wins, with its repeat, duration, ...), unless the two cases differ in
-// something the ID does not show (proxy, policy): that is an error, since their
-// results would be mixed up.
+// something the ID does not show: that is an error, since their results would be mixed up.
+// A group that names proxies or policies gets them in its ids (Case.WithParts).
 //
 // Keys no group sets come from d. A default CPU this host does not have wraps around
 // (CPU 1 on a 1-CPU host is CPU 0), so the built-in defaults work everywhere; CPUs a plan or
@@ -79,7 +78,7 @@ func Expand(groups []Group, cat Catalog, backend string, d Defaults) ([]CaseSpec
 												Pods:      pods,
 												Replicas:  rep,
 											}
-											cs.ID = cs.MakeID()
+											cs.ID = cs.WithParts(g.Proxy != nil, g.Policy != nil)
 											if j, dup := seen[cs.ID]; dup {
 												if prev := out[j].Case; prev != cs {
 													return nil, conflict(c, prev, cs)
@@ -112,18 +111,6 @@ func intOr(p *int, def int) int {
 
 // conflict is the error for a case that has the ID of an earlier, different case.
 func conflict(c checker, prev, cs result.Case) error {
-	idx := func(list []string, v string) int {
-		if list == nil {
-			return -1
-		}
-		return slices.Index(list, v)
-	}
-	switch {
-	case prev.Proxy != cs.Proxy:
-		return c.fail("proxy", idx(c.g.Proxy, cs.Proxy), "case %s is already planned with proxy %q (case ids do not include the proxy: plan one proxy per run)", cs.ID, prev.Proxy)
-	case prev.Policy != cs.Policy:
-		return c.fail("policy", idx(c.g.Policy, cs.Policy), "case %s is already planned with policy %q (case ids do not include the policy: plan one policy per run)", cs.ID, prev.Policy)
-	}
 	return c.fail("", -1, "case %s is already planned with different settings", cs.ID)
 }
 

@@ -72,6 +72,9 @@ type Catalog struct {
 	Dataplanes []string                     // lab presets
 	Tools      func(protocol string) string // protocol -> tool name for Case.Tool; nil = ""
 	NumCPU     int                          // CPUs of this host; 0 = unknown (only >= 0 is checked)
+	// Proxies and Policies are the lab's Service implementations and policy engines (nil = any
+	// value is accepted).
+	Proxies, Policies []string
 }
 
 // Group is one case group of a plan (or the flags). A nil slice or pointer means the key is

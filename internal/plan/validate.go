@@ -210,9 +210,16 @@ func validateGroup(c checker, cat Catalog) error {
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
 		}
+		allowed := cat.Proxies
+		if key == "policy" {
+			allowed = cat.Policies
+		}
 		for i, v := range vals {
 			if v == "" {
 				return c.fail(key, i, "empty value")
+			}
+			if allowed != nil && !slices.Contains(allowed, v) {
+				return c.fail(key, i, "unknown %s %q (valid: %s)", key, v, oneOf(allowed))
 			}
 		}
 	}

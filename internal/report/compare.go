@@ -75,7 +75,7 @@ func CompareMarkdown(w io.Writer, runs []Run) error {
 // column is one (run, data plane) of the comparison.
 type column struct {
 	run       int
-	dataplane string // "" for a run that holds baselines only
+	dataplane string // the cases' Variant; "" for a run that holds baselines only
 	backend   string
 	label     string
 	facts     string
@@ -98,8 +98,8 @@ func buildGrid(runs []Run) grid {
 	for i, r := range runs {
 		first[i] = len(g.cols)
 		for _, cr := range r.Summary.Results {
-			if cr.Case.Scenario != "baseline" && g.col(i, cr.Case.Dataplane) < 0 {
-				g.cols = append(g.cols, column{run: i, dataplane: cr.Case.Dataplane, backend: cr.Case.Backend})
+			if cr.Case.Scenario != "baseline" && g.col(i, cr.Case.Variant()) < 0 {
+				g.cols = append(g.cols, column{run: i, dataplane: cr.Case.Variant(), backend: cr.Case.Backend})
 			}
 		}
 		if len(g.cols) == first[i] {
@@ -113,7 +113,7 @@ func buildGrid(runs []Run) grid {
 				g.keys = append(g.keys, k)
 				g.cells[k] = make([]*result.CaseResult, len(g.cols))
 			}
-			targets := []int{g.col(i, cr.Case.Dataplane)}
+			targets := []int{g.col(i, cr.Case.Variant())}
 			if cr.Case.Scenario == "baseline" {
 				targets = targets[:0]
 				for j, c := range g.cols {

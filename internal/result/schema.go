@@ -62,6 +62,32 @@ func (c Case) joinID(parts ...string) string {
 	return strings.Join(parts, "/")
 }
 
+// WithParts returns the id with the case's proxy and policy appended ("/proxy=nftables"): a
+// plan that names them (to compare implementations on one data plane) gets ids that tell the
+// cases apart; a case on the preset's own parts keeps the plain id.
+func (c Case) WithParts(proxy, policy bool) string {
+	id := c.MakeID()
+	if proxy && c.Proxy != "" {
+		id += "/proxy=" + c.Proxy
+	}
+	if policy && c.Policy != "" {
+		id += "/policy=" + c.Policy
+	}
+	return id
+}
+
+// Variant is what a case ran on: its dataplane, plus the proxy and policy when its id names
+// them ("flannel proxy=nftables"). Reports give each variant a column of its own.
+func (c Case) Variant() string {
+	v := c.Dataplane
+	for _, part := range strings.Split(c.ID, "/") {
+		if strings.HasPrefix(part, "proxy=") || strings.HasPrefix(part, "policy=") {
+			v += " " + part
+		}
+	}
+	return v
+}
+
 // Slug is the case id made safe for a file or directory name.
 func (c Case) Slug() string {
 	r := strings.NewReplacer("/", "-", "=", "", " ", "_")

@@ -25,11 +25,14 @@ const PlanFile = "plan.json"
 // ClusterKey is what a cluster is built for: consecutive cases with the same key share one.
 type ClusterKey struct {
 	Backend, Dataplane string
-	MTU, Nodes         int
+	// Proxy and Policy are the case labels: the Service implementation and policy engine the
+	// lab is built with (empty on a real cluster, which runs its own).
+	Proxy, Policy string
+	MTU, Nodes    int
 }
 
 func keyOf(cs result.CaseSpec) ClusterKey {
-	return ClusterKey{Backend: cs.Case.Backend, Dataplane: cs.Case.Dataplane, MTU: cs.MTU, Nodes: cs.Nodes}
+	return ClusterKey{Backend: cs.Case.Backend, Dataplane: cs.Case.Dataplane, Proxy: cs.Case.Proxy, Policy: cs.Case.Policy, MTU: cs.MTU, Nodes: cs.Nodes}
 }
 
 // Options configure a run.
@@ -178,7 +181,11 @@ func (r *run) group(ctx context.Context, cases []result.CaseSpec) error {
 		return nil
 	}
 	k := keyOf(cases[0])
-	r.prog.Log("building %s cluster: dataplane %s, %d nodes, MTU %d", k.Backend, k.Dataplane, k.Nodes, k.MTU)
+	parts := ""
+	if k.Proxy != "" || k.Policy != "" {
+		parts = fmt.Sprintf(" (proxy %s, policy %s)", k.Proxy, k.Policy)
+	}
+	r.prog.Log("building %s cluster: dataplane %s%s, %d nodes, MTU %d", k.Backend, k.Dataplane, parts, k.Nodes, k.MTU)
 	start := time.Now()
 	cl, err := r.opt.NewCluster(ctx, k)
 	if err != nil {
@@ -193,11 +200,12 @@ func (r *run) group(ctx context.Context, cases []result.CaseSpec) error {
 		}
 		return nil
 	}
-	r.dataplanes[k.Dataplane] = cl.Info()
+	variant := cases[0].Case.Variant()
+	r.dataplanes[variant] = cl.Info()
 	r.prog.Log("cluster ready in %.1f s", time.Since(start).Seconds())
 	defer func() {
 		// Again at the end: a backend may learn facts while it runs (the kube pod MTU).
-		r.dataplanes[k.Dataplane] = cl.Info()
+		r.dataplanes[variant] = cl.Info()
 		if err := cl.Close(context.Background()); err != nil {
 			r.prog.Log("teardown %s: %v", k.Dataplane, err)
 		}

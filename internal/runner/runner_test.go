@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	networkingv1 "k8s.io/api/networking/v1"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,6 +66,15 @@ func (f *fakeCluster) CreateService(context.Context, cluster.ServiceSpec) (clust
 	return cluster.Service{}, cluster.Unsupported("no Services here")
 }
 func (f *fakeCluster) DeleteService(context.Context, string) error { return nil }
+func (f *fakeCluster) CreateServices(context.Context, []cluster.ServiceSpec) ([]cluster.Service, error) {
+	return nil, cluster.Unsupported("no Services here")
+}
+func (f *fakeCluster) DeleteServices(context.Context, []string) error { return nil }
+func (f *fakeCluster) CreateNetworkPolicies(context.Context, []networkingv1.NetworkPolicy) error {
+	return cluster.Unsupported("no policies here")
+}
+func (f *fakeCluster) DeleteNetworkPolicies(context.Context, []string) error { return nil }
+func (f *fakeCluster) Programmed(context.Context) map[string]float64         { return nil }
 func (f *fakeCluster) BarePair(context.Context, string, string) (cluster.Pod, cluster.Pod, error) {
 	return cluster.Pod{}, cluster.Pod{}, cluster.Unsupported("no bare pairs here")
 }

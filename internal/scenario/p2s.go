@@ -2,6 +2,10 @@ package scenario
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/driver"
@@ -24,7 +28,48 @@ func (p2s) Info() Info {
 		Placements:        []string{"intra", "inter"},
 		Protocols:         driver.Protocols(),
 		DefaultProtocols:  []string{"tcp", "udp", "rr", "crr"},
+		Params:            []string{"services", "proxy"},
 	}
+}
+
+// extraPort is where the endpoints of extra Services answer (the lab's silent pods answer
+// HTTP there with their own address).
+const extraPort = 8080
+
+// extraServices creates n Services beyond the measured ones, each with its own endpoint: a
+// silent pod declaring extraPort (seed 001 loads the cluster with 1..10,000 Services). It
+// returns the pods and Services created, for deletion, and how long programming the Services
+// took (from the create call to every Service being ready).
+func extraServices(ctx context.Context, cl cluster.Cluster, n int) (pods, services []string, programMS float64, err error) {
+	if n <= 0 {
+		return nil, nil, 0, nil
+	}
+	specs := cluster.SilentPods(n, "extra", nil)
+	svcs := make([]cluster.ServiceSpec, n)
+	for i := range specs {
+		sel := map[string]string{"app": "cnibench", "role": "extra", "cnibench.io/extra": strconv.Itoa(i)}
+		specs[i].Labels = sel
+		specs[i].Ports = []cluster.ContainerPort{{Name: "http", Port: extraPort, Protocol: "tcp"}}
+		svcs[i] = cluster.ServiceSpec{Name: fmt.Sprintf("extra%d", i), Selector: sel,
+			Ports: []cluster.ServicePort{{Name: "http", Port: 80, TargetPort: extraPort, Protocol: "tcp"}}}
+	}
+	made, err := cl.CreatePods(ctx, specs)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("%d endpoint pods of extra Services: %w", n, err)
+	}
+	for _, p := range made {
+		pods = append(pods, p.Name)
+	}
+	start := time.Now()
+	out, err := cl.CreateServices(ctx, svcs)
+	if err != nil {
+		return nil, nil, 0, errors.Join(fmt.Errorf("%d extra Services: %w", n, err), cl.DeletePods(context.WithoutCancel(ctx), pods))
+	}
+	programMS = float64(time.Since(start).Microseconds()) / 1000
+	for _, s := range out {
+		services = append(services, s.Name)
+	}
+	return pods, services, programMS, nil
 }
 
 // servicePorts are the ports a tool's server needs through a Service.
@@ -50,17 +95,38 @@ func (p2s) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 		return nil, err
 	}
 	pods := []string{client.Name, server.Name}
+	// The extra Services first: the measured one is then programmed with (and, in kube-proxy's
+	// iptables layout, ordered after) all of them.
+	extraPods, extras, extraMS, err := extraServices(ctx, cl, c.Services-1)
+	if err != nil {
+		return nil, errors.Join(err, cl.DeletePods(context.WithoutCancel(ctx), pods))
+	}
+	pods = append(pods, extraPods...)
+	start := time.Now()
 	svc, err := cl.CreateService(ctx, cluster.ServiceSpec{Name: "server", Selector: server.Labels, Ports: servicePorts(drv.Name())})
 	if err != nil {
-		_ = cl.DeletePods(context.WithoutCancel(ctx), pods)
-		return nil, err
+		return nil, errors.Join(err, cl.DeleteServices(context.WithoutCancel(ctx), extras), cl.DeletePods(context.WithoutCancel(ctx), pods))
 	}
+	svcMS := float64(time.Since(start).Microseconds()) / 1000
 	f, err := startPair(ctx, cl, c, opt, client, server, pods)
 	if err != nil {
-		_ = cl.DeleteService(context.WithoutCancel(ctx), svc.Name)
+		_ = cl.DeleteServices(context.WithoutCancel(ctx), append(extras, svc.Name))
 		return nil, err
 	}
-	f.services = append(f.services, svc.Name)
+	f.services = append(extras, svc.Name)
 	f.target, f.spec.Target = svc.ClusterIP, svc.ClusterIP
+	f.setup = setupMetrics(ctx, cl, map[string]float64{"services_program_ms": extraMS + svcMS, "service_program_ms": svcMS})
 	return f, nil
+}
+
+// setupMetrics merges what the backend reports as programmed with the setup timings.
+func setupMetrics(ctx context.Context, cl cluster.Cluster, timings map[string]float64) map[string]float64 {
+	out := cl.Programmed(ctx)
+	if out == nil {
+		out = map[string]float64{}
+	}
+	for k, v := range timings {
+		out[k] = v
+	}
+	return out
 }

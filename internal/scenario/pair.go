@@ -25,6 +25,11 @@ type pairFixture struct {
 	srv            cluster.Process
 	pods           []string // to delete on Close
 	services       []string // to delete on Close
+	policies       []string // to delete on Close
+	// setup are figures of the case's setup (time to program Services and policies, rule and
+	// set counts from cl.Programmed), added to every trial's metrics: they are conditions of
+	// each trial, and the summary then shows them beside the measurements.
+	setup map[string]float64
 }
 
 // pin prefixes argv with taskset so placement on this small machine is never left to chance.
@@ -101,6 +106,9 @@ func (f *pairFixture) Trial(ctx context.Context, durationS int) (Measurement, er
 	if spec.Protocol == "udp" {
 		m["udp_payload_bytes"] = float64(spec.UDPLen)
 	}
+	for k, v := range f.setup {
+		m[k] = v
+	}
 	return Measurement{Metrics: m, Raw: res.Stdout}, nil
 }
 
@@ -110,8 +118,11 @@ func (f *pairFixture) Close(ctx context.Context) error {
 	if f.srv != nil {
 		errs = append(errs, f.srv.Stop())
 	}
-	for _, s := range f.services {
-		errs = append(errs, f.cl.DeleteService(ctx, s))
+	if len(f.services) > 0 {
+		errs = append(errs, f.cl.DeleteServices(ctx, f.services))
+	}
+	if len(f.policies) > 0 {
+		errs = append(errs, f.cl.DeleteNetworkPolicies(ctx, f.policies))
 	}
 	if len(f.pods) > 0 {
 		errs = append(errs, f.cl.DeletePods(ctx, f.pods))

@@ -41,6 +41,9 @@ type Info struct {
 	Params []string
 	// Valid says whether a dataplane x placement combination exists.
 	Valid func(dataplane, placement string) bool
+	// Check rejects a case whose parameters do not fit together (nil: any case is fine); the
+	// CLI reports it as bad input before building anything.
+	Check func(c result.Case) error
 }
 
 // Scenario is a topology plus a workload.

@@ -43,7 +43,38 @@ func ApplyIPTables(nsPath string, backend IPTablesBackend, input []byte) error {
 			return err
 		}
 	}
+	if backend != "legacy" {
+		input = wholeTableCache(input)
+	}
 	return run(nsPath, backend.tool(true), []string{"--noflush"}, input)
+}
+
+// wholeTableCache puts a "-Z" (zero the table's counters) first in every table of an
+// iptables-restore input. iptables-nft-restore (1.8.9) keeps the chains its commands name
+// in a sorted linked list, so that it can fetch just those from the kernel; inserting into
+// it is linear, and 10,000 Services (20,000 chains) made iptables-restore spend minutes in
+// strcmp: 175 s instead of 2.3 s on this project's machine. A command naming no chain makes
+// it fetch the whole table instead and stop recording names; -Z is the one without other
+// effect than resetting the nat table's packet counters (the chains the input declares are
+// flushed and lose theirs anyway).
+func wholeTableCache(input []byte) []byte {
+	var b bytes.Buffer
+	b.Grow(len(input) + 16)
+	for len(input) > 0 {
+		line := input
+		if i := bytes.IndexByte(input, '\n'); i >= 0 {
+			line = input[:i+1]
+		}
+		input = input[len(line):]
+		b.Write(line)
+		if bytes.HasPrefix(line, []byte("*")) {
+			if !bytes.HasSuffix(line, []byte("\n")) {
+				b.WriteByte('\n')
+			}
+			b.WriteString("-Z\n")
+		}
+	}
+	return b.Bytes()
 }
 
 func run(nsPath, tool string, args []string, stdin []byte) error {
@@ -57,4 +88,11 @@ func run(nsPath, tool string, args []string, stdin []byte) error {
 		return fmt.Errorf("%s %s: %v: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// ApplyNFTables programs an nftables rendering (RenderNFTables) in the network namespace at
+// nsPath with one `nft -f -`: nft sends the whole input as one netlink batch, which the
+// kernel commits atomically or not at all.
+func ApplyNFTables(nsPath string, input []byte) error {
+	return run(nsPath, "nft", []string{"-f", "-"}, input)
 }

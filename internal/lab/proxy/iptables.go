@@ -1,7 +1,12 @@
-// Package proxy programs Services in lab nodes the way kube-proxy does: the iptables mode's
-// chain layout (KUBE-SERVICES -> KUBE-SVC-<hash> -> KUBE-SEP-<hash>, statistic-mode random
-// per endpoint, masquerade marking for hairpin and off-cluster sources), rendered as one
-// iptables-restore input so that 10,000 Services are one call.
+// Package proxy programs Services in lab nodes the way kube-proxy does:
+//   - iptables mode (RenderIPTables, ApplyIPTables): KUBE-SERVICES -> KUBE-SVC-<hash> ->
+//     KUBE-SEP-<hash>, statistic-mode random per endpoint, masquerade marking for hairpin and
+//     off-cluster sources, as one iptables-restore input so that 10,000 Services are one call;
+//   - nftables mode (RenderNFTables, RenderNFTablesUpdate, ApplyNFTables): table ip kube-proxy,
+//     the service-ips verdict map, service-/endpoint- chains with numgen load balancing, as one
+//     nft transaction;
+//   - IPVS mode (RenderIPVS): ipvsadm, ipset and address text only, since the lab's kernel has
+//     no IPVS (IPVSAvailable says why).
 package proxy
 
 import (
@@ -62,6 +67,15 @@ type Options struct {
 	// Stale are chains of an earlier rendering to remove (flushed, then deleted), as
 	// kube-proxy does for Services and endpoints that went away.
 	Stale []string
+	// ServiceCIDR (nftables only): new connections to an address of it that is no
+	// ClusterIP are dropped, as kube-proxy does when it knows the service CIDR; "" = no
+	// such rule.
+	ServiceCIDR string
+	// NFTMod1Maps makes RenderNFTables dispatch a Service with a single endpoint through
+	// "numgen random mod 1 vmap { 0 : goto ... }" as kube-proxy up to 1.36 did, instead of a
+	// plain goto (kube-proxy 1.37+): each such rule is an anonymous map, and the kernel
+	// scans every map of the table when it creates one, so 10,000 of them cost minutes.
+	NFTMod1Maps bool
 }
 
 // MasqMark is kube-proxy's default masquerade mark bit.
@@ -80,7 +94,10 @@ func Hooks() [][]string {
 // Counts are what a rendering holds, for the case record.
 type Counts struct {
 	Services, Endpoints, Chains, Rules int
-	Names                              []string // the chains declared
+	// Elements are the set and map elements (nftables maps and sets, ipset entries); 0 for
+	// the iptables rendering, which has none.
+	Elements int
+	Names    []string // the chains declared
 }
 
 // RenderIPTables returns the nat table's kube-proxy chains for svcs as iptables-restore input

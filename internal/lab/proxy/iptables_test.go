@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -63,5 +64,54 @@ func TestRenderIPTables(t *testing.T) {
 	if g := string(gone); !strings.Contains(g, ":KUBE-SVC-GONEGONEGONEGONE - [0:0]\n") ||
 		!strings.Contains(g, "-X KUBE-SVC-GONEGONEGONEGONE\n") || strings.Contains(g, "-X "+svc) {
 		t.Errorf("stale chains:\n%s", g)
+	}
+}
+
+func TestWholeTableCache(t *testing.T) {
+	in := "*nat\n:A - [0:0]\n-A A -j RETURN\nCOMMIT\n*filter\nCOMMIT"
+	want := "*nat\n-Z\n:A - [0:0]\n-A A -j RETURN\nCOMMIT\n*filter\n-Z\nCOMMIT"
+	if got := string(wholeTableCache([]byte(in))); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// Both backends install the rendering (hooks once, however often it is applied) and remove
+// stale chains.
+func TestApplyIPTables(t *testing.T) {
+	for _, backend := range []IPTablesBackend{"nft", "legacy"} {
+		t.Run(string(backend), func(t *testing.T) {
+			ns := scratchNS(t)
+			svcs := nftTestServices()
+			in, cnt := RenderIPTables(svcs, Options{ClusterCIDR: "10.244.0.0/16"})
+			for i := 0; i < 2; i++ {
+				if err := ApplyIPTables(ns, backend, in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			save := func() string {
+				out, err := exec.Command("nsenter", "--net="+ns, backend.tool(false)+"-save", "-t", "nat").CombinedOutput()
+				if err != nil {
+					t.Fatalf("save: %v: %s", err, out)
+				}
+				return string(out)
+			}
+			s := save()
+			if n := strings.Count(s, "\n:KUBE-"); n != cnt.Chains {
+				t.Errorf("%d KUBE chains, want %d:\n%s", n, cnt.Chains, s)
+			}
+			if n := strings.Count(s, "\n-A KUBE-"); n != cnt.Rules {
+				t.Errorf("%d KUBE rules, want %d:\n%s", n, cnt.Rules, s)
+			}
+			if n := strings.Count(s, "-j KUBE-SERVICES"); n != 2 {
+				t.Errorf("%d hooks into KUBE-SERVICES, want 2", n)
+			}
+			small, _ := RenderIPTables(svcs[1:2], Options{ClusterCIDR: "10.244.0.0/16", Stale: cnt.Names})
+			if err := ApplyIPTables(ns, backend, small); err != nil {
+				t.Fatal(err)
+			}
+			if s := save(); strings.Contains(s, svcs[0].SvcChain()) || !strings.Contains(s, svcs[1].SvcChain()) {
+				t.Errorf("stale chains not removed or live ones lost:\n%s", s)
+			}
+		})
 	}
 }

@@ -1,0 +1,434 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// NFTable is the table kube-proxy's nftables mode owns (family ip): everything it programs
+// lives inside it, so its chains need no "KUBE-" prefix.
+const NFTable = "kube-proxy"
+
+// nftNameLengthMax is the longest object name nftables accepts (knftables.NameLengthMax);
+// kube-proxy keeps 16 of it for the chain-name prefix ("service-", "endpoint-", ...).
+const (
+	nftNameLengthMax     = 256
+	nftChainBaseLenMax   = nftNameLengthMax - 16
+	nftServicePrefix     = "service-"
+	nftEndpointPrefix    = "endpoint-"
+	nftServicesChain     = "services"
+	nftMarkMasqChain     = "mark-for-masquerade"
+	nftMasqueradingChain = "masquerading"
+	nftServiceIPsMap     = "service-ips"
+	nftClusterIPsSet     = "cluster-ips"
+	nftNoEndpointMap     = "no-endpoint-services"
+	nftRejectChain       = "reject-chain"
+	nftEPCheckChain      = "service-endpoints-check"
+	nftClusterIPsCheck   = "cluster-ips-check"
+	nftVerdictMapType    = "ipv4_addr . inet_proto . inet_service : verdict"
+)
+
+// nftHashAndTruncate is kube-proxy's hashAndTruncate (pkg/proxy/nftables/proxier.go): the
+// name prefixed with the first 8 characters of the base32 encoding of its SHA-256, cut to
+// 240 characters ("..." at the end) should it be longer. Unlike the iptables mode, the
+// readable name stays in the chain name and the hash only disambiguates it.
+func nftHashAndTruncate(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	name = base32.StdEncoding.EncodeToString(sum[:])[:8] + "-" + name
+	if len(name) > nftChainBaseLenMax {
+		name = name[:nftChainBaseLenMax-3] + "..."
+	}
+	return name
+}
+
+// nftPortBase is kube-proxy's servicePortChainNameBase input: "namespace/name/protocol/port"
+// (port is the Service port's name, empty for an unnamed port).
+func (s Service) nftPortBase() string {
+	return s.Namespace + "/" + s.Name + "/" + strings.ToLower(s.Protocol) + "/" + s.PortName
+}
+
+// NFTServiceChain is the Service port's chain in kube-proxy's nftables mode,
+// "service-<hash8>-<ns>/<name>/<proto>/<portname>".
+func (s Service) NFTServiceChain() string {
+	return nftServicePrefix + nftHashAndTruncate(s.nftPortBase())
+}
+
+// NFTEndpointChain is the chain of one of its endpoints,
+// "endpoint-<hash8>-<ns>/<name>/<proto>/<portname>__<ip>/<port>" (IPv6 colons become dots, as
+// kube-proxy does: a chain name cannot hold a colon).
+func (s Service) NFTEndpointChain(e Endpoint) string {
+	ip := strings.ReplaceAll(e.IP, ":", ".")
+	return nftEndpointPrefix + nftHashAndTruncate(fmt.Sprintf("%s__%s/%d", s.nftPortBase(), ip, e.Port))
+}
+
+// nftBaseChains are kube-proxy's base chains (named "<type>-<hook>") that this rendering
+// uses, with their hook and priority (dstnat = -100, srcnat = 100, filter = 0).
+var nftBaseChains = []struct {
+	name, typ, hook string
+	prio            int
+}{
+	{"filter-forward", "filter", "forward", 0},
+	{"filter-input", "filter", "input", 0},
+	{"filter-output", "filter", "output", 0},
+	{"nat-output", "nat", "output", -100},
+	{"nat-postrouting", "nat", "postrouting", 100},
+	{"nat-prerouting", "nat", "prerouting", -100},
+}
+
+// RenderNFTables returns kube-proxy's nftables-mode ruleset for svcs as one `nft -f` input
+// and what it holds. The input replaces the table whole and atomically: it starts with
+// "add table" + "delete table" (the add makes the delete valid when the table does not exist
+// yet) and then declares the full table; nft runs the file as a single netlink batch, so
+// packets see either the old ruleset or the new one, never a half-built one, and nothing of
+// the previous ruleset (chains of Services that went away, map elements) survives. Hence
+// opt.Stale is not needed here and is ignored. (The alternative, "flush table" and redefine,
+// keeps the chains and sets: chains of Services that went away would stay, empty, unless
+// the caller remembered and deleted them.)
+//
+// kube-proxy itself keeps the table. Its full syncs (the first one, and after errors)
+// re-add and flush every chain and map in place; its partial syncs flush and refill only the
+// chains of changed Services, add and delete single map elements it tracks in memory, and
+// flush the chains of Services that went away, deleting them a second later (kernels before
+// 6.2 did not release a chain still referenced by a just deleted map element).
+// RenderNFTablesUpdate renders such a partial update. Replacing the table costs time
+// proportional to all Services on every change (2 s for 10,000 on a 2-core machine, against
+// 0.1 s for a partial update adding one).
+//
+// Layout (names and rules as kube-proxy writes them, IPv4 only):
+//   - base chains nat-prerouting and nat-output (hook priority dstnat) jump to "services",
+//     which dispatches "ip daddr . meta l4proto . th dport" through the verdict map
+//     service-ips to the Service's chain;
+//   - service-<hash>-<ns>/<name>/<proto>/<port>: masquerade mark for sources outside
+//     opt.ClusterCIDR (if set), then "numgen random mod N vmap { 0 : goto endpoint-..., ... }"
+//     for N >= 2 endpoints, and "goto endpoint-..." for a single one (see below);
+//   - endpoint-...__<ip>/<port>: "ip saddr <ip> jump mark-for-masquerade" (hairpin), then
+//     "meta l4proto <proto> dnat to <ip>:<port>";
+//   - nat-postrouting (srcnat) jumps to "masquerading", which masquerades (fully-random)
+//     marked packets;
+//   - a Service without endpoints gets no chain: its ClusterIP . proto . port is put in the
+//     no-endpoint-services map, checked by service-endpoints-check from the filter-input,
+//     filter-forward and filter-output chains for new connections, which rejects them
+//     (goto reject-chain), so clients fail at once instead of timing out;
+//   - every ClusterIP is in the cluster-ips set, and cluster-ips-check rejects new
+//     connections to a ClusterIP that were not DNATed (a port the Service does not have).
+//
+// Single endpoint: kube-proxy up to 1.36 wrote "numgen random mod 1 vmap { 0 : goto ... }"
+// here too. Every such vmap is an anonymous set, and the kernel, when it creates one, scans
+// all sets of the table to pick its name (nf_tables_set_alloc_name, "__map%d"): n Services
+// cost O(n^2). Measured on this project's 2-core machine (kernel 6.18, nft 1.0.6), one
+// transaction with 10,000 one-endpoint Services took 61 s with the maps and 4 s without. The
+// same super-linear sync time was reported upstream (kubernetes issue #139513), and
+// kube-proxy 1.37 dropped the map for single-endpoint Services (PR #140723); this rendering
+// does the same unless opt.NFTMod1Maps asks for the old form. Services with two or more
+// endpoints still need one anonymous map each, so 10,000 of those remain slow to program.
+//
+// With opt.ServiceCIDR, cluster-ips-check also drops new connections to addresses of the
+// service CIDR that are no ClusterIP.
+//
+// Not rendered (the Service type has none of it): NodePorts, external and load-balancer IPs,
+// firewall source ranges (and their filter-prerouting-pre-dnat / filter-output-pre-dnat
+// chains), session affinity, traffic policies. TestNFTablesMatchesKubeProxy compares the
+// rest, as the kernel lists it, with a dump of kube-proxy 1.34 in testdata/real.
+//
+// Services are ordered by port key and protocol, endpoints by address, so the output is
+// deterministic.
+func RenderNFTables(svcs []Service, opt Options) ([]byte, Counts) {
+	m := buildNFT(svcs, opt)
+	return m.full(), m.cnt
+}
+
+// RenderNFTablesUpdate returns the `nft -f` input that turns the ruleset RenderNFTables made
+// of prev into the one it makes of next, as one transaction touching only what differs, the
+// way kube-proxy's partial syncs do: map and set elements that went away or changed are
+// deleted, chains whose rules changed are flushed and refilled, chains of Services and
+// endpoints that went away are flushed and deleted, new chains are added, then new elements.
+// The Counts are those of the whole next ruleset. prev must be what is installed (rendered
+// with the same opt); with prev nil, or if base chains would change, it is RenderNFTables.
+//
+// kube-proxy flushes the chains that went away and deletes them a second later, in another
+// transaction: before Linux 6.2 a chain referenced by a map element deleted in the same
+// transaction was still seen as in use. This update deletes them at once, so it needs
+// Linux 6.2 or later.
+func RenderNFTablesUpdate(prev, next []Service, opt Options) ([]byte, Counts) {
+	n := buildNFT(next, opt)
+	if prev == nil {
+		return n.full(), n.cnt
+	}
+	p := buildNFT(prev, opt)
+	out, ok := nftDiff(p, n)
+	if !ok {
+		return n.full(), n.cnt
+	}
+	return out, n.cnt
+}
+
+// nftChain is a chain of the rendering: its name, its base-chain or comment spec, and its
+// rules (without the "add rule ip kube-proxy <chain>" prefix).
+type nftChain struct {
+	name, spec string
+	rules      []string
+}
+
+// nftElem is an element of a set or map: key, optional comment, and value (maps only).
+type nftElem struct{ key, comment, value string }
+
+func (e nftElem) String() string {
+	s := e.key
+	if e.comment != "" {
+		s += fmt.Sprintf(" comment %q", e.comment)
+	}
+	if e.value != "" {
+		s += " : " + e.value
+	}
+	return s
+}
+
+// nftSets are the sets and maps whose elements the rendering fills, in the model's order.
+var nftSets = [...]string{nftClusterIPsSet, nftServiceIPsMap, nftNoEndpointMap}
+
+// nftModel is a rendering before it is written out.
+type nftModel struct {
+	chains []nftChain
+	elems  [len(nftSets)][]nftElem
+	cnt    Counts
+}
+
+const nftT = "ip " + NFTable
+
+func buildNFT(svcs []Service, opt Options) nftModel {
+	svcs = append([]Service(nil), svcs...)
+	sort.Slice(svcs, func(i, j int) bool { return svcs[i].PortKey()+svcs[i].Protocol < svcs[j].PortKey()+svcs[j].Protocol })
+	m := nftModel{cnt: Counts{Services: len(svcs)}}
+	m.chains = make([]nftChain, 0, 12+2*len(svcs))
+	index := map[string]int{}
+	chain := func(name, spec string) {
+		index[name] = len(m.chains)
+		m.chains = append(m.chains, nftChain{name: name, spec: spec})
+	}
+	rule := func(chain, format string, args ...any) {
+		c := &m.chains[index[chain]]
+		c.rules = append(c.rules, fmt.Sprintf(format, args...))
+		m.cnt.Rules++
+	}
+	for _, c := range nftBaseChains {
+		chain(c.name, fmt.Sprintf("type %s hook %s priority %d ;", c.typ, c.hook, c.prio))
+	}
+	for _, c := range []string{nftClusterIPsCheck, nftMarkMasqChain, nftMasqueradingChain} {
+		chain(c, "")
+	}
+	chain(nftRejectChain, `comment "helper for @no-endpoint-services / @no-endpoint-nodeports" ;`)
+	chain(nftEPCheckChain, "")
+	chain(nftServicesChain, "")
+
+	rule(nftClusterIPsCheck, `ip daddr @%s reject comment "Reject traffic to invalid ports of ClusterIPs"`, nftClusterIPsSet)
+	if opt.ServiceCIDR != "" {
+		rule(nftClusterIPsCheck, `ip daddr { %s } drop comment "Drop traffic to unallocated ClusterIPs"`, opt.ServiceCIDR)
+	}
+	rule("filter-forward", "ct state new jump %s", nftEPCheckChain)
+	rule("filter-forward", "ct state new jump %s", nftClusterIPsCheck)
+	rule("filter-input", "ct state new jump %s", nftEPCheckChain)
+	rule("filter-output", "ct state new jump %s", nftEPCheckChain)
+	rule("filter-output", "ct state new jump %s", nftClusterIPsCheck)
+	rule(nftMarkMasqChain, "mark set mark or %s", MasqMark)
+	rule(nftMasqueradingChain, "mark and %s == 0 return", MasqMark)
+	rule(nftMasqueradingChain, "mark set mark xor %s", MasqMark)
+	rule(nftMasqueradingChain, "masquerade fully-random")
+	rule("nat-output", "jump %s", nftServicesChain)
+	rule("nat-postrouting", "jump %s", nftMasqueradingChain)
+	rule("nat-prerouting", "jump %s", nftServicesChain)
+	rule(nftRejectChain, "reject")
+	rule(nftServicesChain, "ip daddr . meta l4proto . th dport vmap @%s", nftServiceIPsMap)
+	rule(nftEPCheckChain, "ip daddr . meta l4proto . th dport vmap @%s", nftNoEndpointMap)
+
+	seenIP := map[string]bool{}
+	for _, s := range svcs {
+		p := strings.ToLower(s.Protocol)
+		key := fmt.Sprintf("%s . %s . %d", s.ClusterIP, p, s.Port)
+		if !seenIP[s.ClusterIP] {
+			seenIP[s.ClusterIP] = true
+			m.elems[0] = append(m.elems[0], nftElem{key: s.ClusterIP})
+		}
+		if len(s.Endpoints) == 0 {
+			m.elems[2] = append(m.elems[2], nftElem{key: key, comment: s.PortKey(), value: "goto " + nftRejectChain})
+			continue
+		}
+		svc := s.NFTServiceChain()
+		m.elems[1] = append(m.elems[1], nftElem{key: key, value: "goto " + svc})
+		eps := append([]Endpoint(nil), s.Endpoints...)
+		sort.Slice(eps, func(i, j int) bool { return eps[i].String() < eps[j].String() })
+		chain(svc, "")
+		if opt.ClusterCIDR != "" {
+			// As kube-proxy 1.34 writes it (testdata/real): the ClusterIP only, no port.
+			rule(svc, "ip daddr %s ip saddr != %s jump %s", s.ClusterIP, opt.ClusterCIDR, nftMarkMasqChain)
+		}
+		if len(eps) == 1 && !opt.NFTMod1Maps {
+			rule(svc, "goto %s", s.NFTEndpointChain(eps[0]))
+		} else {
+			var vm strings.Builder
+			for i, e := range eps {
+				if i > 0 {
+					vm.WriteString(", ")
+				}
+				fmt.Fprintf(&vm, "%d : goto %s", i, s.NFTEndpointChain(e))
+			}
+			rule(svc, "numgen random mod %d vmap { %s }", len(eps), vm.String())
+		}
+		for _, e := range eps {
+			ep := s.NFTEndpointChain(e)
+			chain(ep, "")
+			m.cnt.Endpoints++
+			rule(ep, "ip saddr %s jump %s", e.IP, nftMarkMasqChain)
+			rule(ep, "meta l4proto %s dnat to %s", p, net.JoinHostPort(e.IP, fmt.Sprint(e.Port)))
+		}
+	}
+	m.cnt.Chains = len(m.chains)
+	m.cnt.Names = make([]string, len(m.chains))
+	for i, c := range m.chains {
+		m.cnt.Names[i] = c.name
+	}
+	for _, e := range m.elems {
+		m.cnt.Elements += len(e)
+	}
+	return m
+}
+
+func writeChain(b *strings.Builder, c nftChain) {
+	if c.spec != "" {
+		fmt.Fprintf(b, "add chain %s %s { %s }\n", nftT, c.name, c.spec)
+	} else {
+		fmt.Fprintf(b, "add chain %s %s\n", nftT, c.name)
+	}
+}
+
+func writeRules(b *strings.Builder, c nftChain) {
+	for _, r := range c.rules {
+		fmt.Fprintf(b, "add rule %s %s %s\n", nftT, c.name, r)
+	}
+}
+
+// writeElems writes "<verb> element" commands, 1,000 elements each (keeps the lines of a
+// 10,000-Service rendering reasonable); a delete names keys only.
+func writeElems(b *strings.Builder, verb, set string, elems []nftElem) {
+	const batch = 1000
+	for len(elems) > 0 {
+		n := min(batch, len(elems))
+		fmt.Fprintf(b, "%s element %s %s { ", verb, nftT, set)
+		for i, e := range elems[:n] {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if verb == "delete" {
+				b.WriteString(e.key)
+			} else {
+				b.WriteString(e.String())
+			}
+		}
+		b.WriteString(" }\n")
+		elems = elems[n:]
+	}
+}
+
+// full writes the whole table: chains are all declared before the rules (a rule cannot name
+// a chain not yet added), elements come last.
+func (m nftModel) full() []byte {
+	var b strings.Builder
+	b.Grow(800 * (len(m.chains) + 10))
+	fmt.Fprintf(&b, "add table %s { comment \"rules for kube-proxy\" ; }\n", nftT)
+	fmt.Fprintf(&b, "delete table %s\n", nftT)
+	fmt.Fprintf(&b, "add table %s { comment \"rules for kube-proxy\" ; }\n", nftT)
+	fmt.Fprintf(&b, "add set %s %s { type ipv4_addr ; comment \"Active ClusterIPs\" ; }\n", nftT, nftClusterIPsSet)
+	fmt.Fprintf(&b, "add map %s %s { type %s ; comment \"vmap to drop or reject packets to services with no endpoints\" ; }\n", nftT, nftNoEndpointMap, nftVerdictMapType)
+	fmt.Fprintf(&b, "add map %s %s { type %s ; comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\" ; }\n", nftT, nftServiceIPsMap, nftVerdictMapType)
+	for _, c := range m.chains {
+		writeChain(&b, c)
+	}
+	for _, c := range m.chains {
+		writeRules(&b, c)
+	}
+	for i, set := range nftSets {
+		writeElems(&b, "add", set, m.elems[i])
+	}
+	return []byte(b.String())
+}
+
+// nftDiff writes the transaction from p to n (see RenderNFTablesUpdate); false if a chain's
+// spec differs (a base chain would have to be recreated).
+func nftDiff(p, n nftModel) ([]byte, bool) {
+	var b strings.Builder
+	var adds [len(nftSets)][]nftElem
+	for i, set := range nftSets {
+		old := map[string]nftElem{}
+		for _, e := range p.elems[i] {
+			old[e.key] = e
+		}
+		var del, add []nftElem
+		for _, e := range n.elems[i] {
+			o, had := old[e.key]
+			delete(old, e.key)
+			if had && o == e {
+				continue
+			}
+			if had {
+				del = append(del, o)
+			}
+			add = append(add, e)
+		}
+		for _, e := range p.elems[i] { // in rendering order, for a deterministic output
+			if _, gone := old[e.key]; gone {
+				del = append(del, e)
+			}
+		}
+		adds[i] = add
+		writeElems(&b, "delete", set, del)
+	}
+	pc := make(map[string]nftChain, len(p.chains))
+	for _, c := range p.chains {
+		pc[c.name] = c
+	}
+	var changed, added []nftChain
+	for _, c := range n.chains {
+		o, had := pc[c.name]
+		delete(pc, c.name)
+		switch {
+		case !had:
+			added = append(added, c)
+		case o.spec != c.spec:
+			return nil, false
+		case !slices.Equal(o.rules, c.rules):
+			changed = append(changed, c)
+		}
+	}
+	var gone []nftChain
+	for _, c := range p.chains {
+		if _, ok := pc[c.name]; ok {
+			gone = append(gone, c)
+		}
+	}
+	for _, c := range append(append([]nftChain(nil), changed...), gone...) {
+		fmt.Fprintf(&b, "flush chain %s %s\n", nftT, c.name)
+	}
+	for _, c := range gone {
+		fmt.Fprintf(&b, "delete chain %s %s\n", nftT, c.name)
+	}
+	for _, c := range added {
+		writeChain(&b, c)
+	}
+	for _, c := range append(changed, added...) {
+		writeRules(&b, c)
+	}
+	for i, set := range nftSets {
+		writeElems(&b, "add", set, adds[i])
+	}
+	return []byte(b.String()), true
+}
+
+// DeleteNFTables is the `nft -f` input that removes kube-proxy's table (and with it every
+// chain, rule, set and map it holds), and does nothing if the table does not exist.
+func DeleteNFTables() []byte {
+	return []byte("add table ip " + NFTable + "\ndelete table ip " + NFTable + "\n")
+}

@@ -1,0 +1,397 @@
+package proxy
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Chain names must be kube-proxy's. The expected names are copied from kube-proxy's own test
+// expectations: kubernetes/kubernetes pkg/proxy/nftables/proxier_test.go,
+// TestOverallNFTablesRules (commit 030880a5dc5449403c6d1f0aa146a7dc21d6c6dc), whose
+// services ns1/svc1 .. ns5/svc5 have a port "p80" and endpoints 10.180.0.x:80.
+func TestNFTChainNamesMatchKubeProxy(t *testing.T) {
+	for _, c := range []struct {
+		ns, name, ip, svcChain, epChain string
+	}{
+		{"ns1", "svc1", "10.180.0.1", "service-ULMVA6XW-ns1/svc1/tcp/p80", "endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80"},
+		{"ns2", "svc2", "10.180.0.2", "service-42NFTM6N-ns2/svc2/tcp/p80", "endpoint-SGOXE6O3-ns2/svc2/tcp/p80__10.180.0.2/80"},
+		{"ns3", "svc3", "10.180.0.3", "service-4AT6LBPK-ns3/svc3/tcp/p80", "endpoint-UEIP74TE-ns3/svc3/tcp/p80__10.180.0.3/80"},
+		{"ns4", "svc4", "10.180.0.4", "service-LAUZTJTB-ns4/svc4/tcp/p80", "endpoint-UNZV3OEC-ns4/svc4/tcp/p80__10.180.0.4/80"},
+		{"ns4", "svc4", "10.180.0.5", "service-LAUZTJTB-ns4/svc4/tcp/p80", "endpoint-5RFCDDV7-ns4/svc4/tcp/p80__10.180.0.5/80"},
+		{"ns5", "svc5", "10.180.0.3", "service-HVFWP5L3-ns5/svc5/tcp/p80", "endpoint-GTK6MW7G-ns5/svc5/tcp/p80__10.180.0.3/80"},
+	} {
+		s := Service{Namespace: c.ns, Name: c.name, PortName: "p80", Protocol: "tcp", Port: 80}
+		if got := s.NFTServiceChain(); got != c.svcChain {
+			t.Errorf("service chain of %s: %s, want %s", s.PortKey(), got, c.svcChain)
+		}
+		if got := s.NFTEndpointChain(Endpoint{c.ip, 80}); got != c.epChain {
+			t.Errorf("endpoint chain of %s -> %s: %s, want %s", s.PortKey(), c.ip, got, c.epChain)
+		}
+	}
+	// The hash covers the readable part, so the protocol changes it (kube-proxy differs from
+	// the iptables mode here: there the name is only the hash).
+	tcp := Service{Namespace: "ns1", Name: "svc1", PortName: "p80", Protocol: "tcp"}
+	udp := tcp
+	udp.Protocol = "udp"
+	if a, b := tcp.NFTServiceChain(), udp.NFTServiceChain(); a[len("service-"):][:8] == b[len("service-"):][:8] {
+		t.Errorf("tcp and udp chains share a hash: %s %s", a, b)
+	}
+	// A name longer than kube-proxy's 240-character base is cut and marked.
+	long := Service{Namespace: strings.Repeat("n", 63), Name: strings.Repeat("s", 63), PortName: strings.Repeat("p", 63), Protocol: "tcp"}
+	ep := long.NFTEndpointChain(Endpoint{"2001:db8::1234:5678:9abc:def0:1234", 65535})
+	if len(ep) != len("endpoint-")+240 || !strings.HasSuffix(ep, "...") || strings.Contains(ep, ":") {
+		t.Errorf("long endpoint chain name (%d chars): %s", len(ep), ep)
+	}
+}
+
+func nftTestServices() []Service {
+	return []Service{
+		{Namespace: "cnb", Name: "server", ClusterIP: "10.96.0.10", Port: 5201, Protocol: "tcp",
+			Endpoints: []Endpoint{{"10.244.1.3", 5201}, {"10.244.0.7", 5201}, {"10.244.1.9", 5201}}},
+		{Namespace: "cnb", Name: "dns", PortName: "dns", ClusterIP: "10.96.0.12", Port: 53, Protocol: "udp",
+			Endpoints: []Endpoint{{"10.244.0.8", 5353}}},
+		{Namespace: "cnb", Name: "empty", PortName: "http", ClusterIP: "10.96.0.11", Port: 80, Protocol: "tcp"},
+	}
+}
+
+func TestRenderNFTables(t *testing.T) {
+	svcs := nftTestServices()
+	out, cnt := RenderNFTables(svcs, Options{ClusterCIDR: "10.244.0.0/16"})
+	s := string(out)
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	// Atomic replacement: the whole table is dropped and rebuilt in the same batch.
+	if lines[0] != `add table ip kube-proxy { comment "rules for kube-proxy" ; }` || lines[1] != "delete table ip kube-proxy" ||
+		!strings.HasPrefix(lines[2], "add table ip kube-proxy") {
+		t.Errorf("does not start by replacing the table:\n%s", strings.Join(lines[:3], "\n"))
+	}
+	if strings.Count(s, "delete ") != 1 || strings.Contains(s, "flush ") {
+		t.Errorf("only the table itself may be deleted, nothing flushed")
+	}
+	svc := svcs[0].NFTServiceChain()
+	ep := func(s Service, ip string, port int) string { return s.NFTEndpointChain(Endpoint{ip, port}) }
+	for _, want := range []string{
+		"add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ;",
+		"add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }",
+		"add chain ip kube-proxy nat-output { type nat hook output priority -100 ; }",
+		"add chain ip kube-proxy nat-postrouting { type nat hook postrouting priority 100 ; }",
+		"add rule ip kube-proxy nat-prerouting jump services\n",
+		"add rule ip kube-proxy nat-output jump services\n",
+		"add rule ip kube-proxy nat-postrouting jump masquerading\n",
+		"add rule ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips\n",
+		"add rule ip kube-proxy mark-for-masquerade mark set mark or 0x4000\n",
+		"add rule ip kube-proxy masquerading mark and 0x4000 == 0 return\n",
+		"add rule ip kube-proxy masquerading mark set mark xor 0x4000\n",
+		"add rule ip kube-proxy masquerading masquerade fully-random\n",
+		"add chain ip kube-proxy " + svc + "\n",
+		"add rule ip kube-proxy " + svc + " ip daddr 10.96.0.10 ip saddr != 10.244.0.0/16 jump mark-for-masquerade\n",
+		// N endpoints: numgen mod N, in address order.
+		"add rule ip kube-proxy " + svc + " numgen random mod 3 vmap { 0 : goto " + ep(svcs[0], "10.244.0.7", 5201) +
+			", 1 : goto " + ep(svcs[0], "10.244.1.3", 5201) + ", 2 : goto " + ep(svcs[0], "10.244.1.9", 5201) + " }\n",
+		"add rule ip kube-proxy " + ep(svcs[0], "10.244.1.9", 5201) + " ip saddr 10.244.1.9 jump mark-for-masquerade\n",
+		"add rule ip kube-proxy " + ep(svcs[0], "10.244.1.9", 5201) + " meta l4proto tcp dnat to 10.244.1.9:5201\n",
+		"add rule ip kube-proxy " + svcs[1].NFTServiceChain() + " ip daddr 10.96.0.12 ip saddr != 10.244.0.0/16 jump mark-for-masquerade\n",
+		// One endpoint: a plain goto, as kube-proxy 1.37+ does (no anonymous map).
+		"add rule ip kube-proxy " + svcs[1].NFTServiceChain() + " goto " + ep(svcs[1], "10.244.0.8", 5353) + "\n",
+		"add rule ip kube-proxy " + ep(svcs[1], "10.244.0.8", 5353) + " meta l4proto udp dnat to 10.244.0.8:5353\n",
+		// Sorted by port key: cnb/dns:dns, cnb/empty:http, cnb/server.
+		"add element ip kube-proxy cluster-ips { 10.96.0.12, 10.96.0.11, 10.96.0.10 }\n",
+		"add element ip kube-proxy service-ips { 10.96.0.12 . udp . 53 : goto " + svcs[1].NFTServiceChain() + ", 10.96.0.10 . tcp . 5201 : goto " + svc + " }\n",
+		// No endpoints: no chain, rejected through the no-endpoint map (as kube-proxy does).
+		`add element ip kube-proxy no-endpoint-services { 10.96.0.11 . tcp . 80 comment "cnb/empty:http" : goto reject-chain }` + "\n",
+		"add rule ip kube-proxy service-endpoints-check ip daddr . meta l4proto . th dport vmap @no-endpoint-services\n",
+		"add rule ip kube-proxy filter-forward ct state new jump service-endpoints-check\n",
+		"add rule ip kube-proxy filter-output ct state new jump service-endpoints-check\n",
+		"add rule ip kube-proxy reject-chain reject\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if strings.Contains(s, svcs[2].NFTServiceChain()) || strings.Contains(s, "ip daddr 10.96.0.11 ") {
+		t.Error("a Service without endpoints got a chain or rules")
+	}
+	// Every chain a rule or a verdict names is declared before it is used.
+	declared := map[string]bool{}
+	for _, n := range cnt.Names {
+		declared[n] = true
+	}
+	ref := regexp.MustCompile(`(?:goto|jump) ([A-Za-z0-9_./-]+)`)
+	seen := map[string]bool{}
+	for i, l := range lines {
+		if f := strings.Fields(l); len(f) >= 5 && f[0] == "add" && f[1] == "chain" {
+			seen[f[4]] = true
+		}
+		for _, m := range ref.FindAllStringSubmatch(l, -1) {
+			if !declared[m[1]] || !seen[m[1]] {
+				t.Errorf("line %d names chain %s before declaring it (declared at all: %v)", i+1, m[1], declared[m[1]])
+			}
+		}
+	}
+	// 6 base + 6 helper chains; 1+3 chains for server, 1+1 for dns.
+	// Rules: 16 base; server: masq + numgen + 3*2; dns: masq + numgen + 2.
+	if cnt.Services != 3 || cnt.Endpoints != 4 || cnt.Chains != 12+4+2 || cnt.Rules != 16+8+4 || cnt.Elements != 3+2+1 || len(cnt.Names) != cnt.Chains {
+		t.Errorf("counts %+v", cnt)
+	}
+	if n := strings.Count(s, "\nadd rule "); n != cnt.Rules {
+		t.Errorf("%d rules in the text, counts say %d", n, cnt.Rules)
+	}
+	if n := strings.Count(s, "\nadd chain "); n != cnt.Chains {
+		t.Errorf("%d chains in the text, counts say %d", n, cnt.Chains)
+	}
+	rev := []Service{svcs[2], svcs[1], svcs[0]}
+	rev[2].Endpoints = []Endpoint{svcs[0].Endpoints[2], svcs[0].Endpoints[0], svcs[0].Endpoints[1]}
+	if again, _ := RenderNFTables(rev, Options{ClusterCIDR: "10.244.0.0/16"}); string(again) != s {
+		t.Error("rendering depends on input order")
+	}
+	// Without a cluster CIDR there is no off-cluster masquerade rule; hairpin marking stays.
+	plain, _ := RenderNFTables(svcs, Options{})
+	if strings.Contains(string(plain), "ip saddr !=") || !strings.Contains(string(plain), "ip saddr 10.244.1.9 jump mark-for-masquerade") {
+		t.Error("masquerade rules without a cluster CIDR")
+	}
+	// kube-proxy up to 1.36: a numgen map even for one endpoint.
+	mod1, mcnt := RenderNFTables(svcs, Options{ClusterCIDR: "10.244.0.0/16", NFTMod1Maps: true})
+	if !strings.Contains(string(mod1), "add rule ip kube-proxy "+svcs[1].NFTServiceChain()+" numgen random mod 1 vmap { 0 : goto "+ep(svcs[1], "10.244.0.8", 5353)+" }\n") ||
+		strings.Count(string(mod1), "numgen random mod") != 2 || mcnt.Rules != cnt.Rules {
+		t.Errorf("NFTMod1Maps: no mod 1 map or wrong counts (%+v)", mcnt)
+	}
+	if strings.Count(s, "numgen random mod") != 1 {
+		t.Errorf("want one numgen map (the 3-endpoint Service) without NFTMod1Maps")
+	}
+	// Stale chains need no handling: the table is rebuilt whole.
+	gone, _ := RenderNFTables(svcs, Options{ClusterCIDR: "10.244.0.0/16", Stale: []string{"service-GONEGONE-x/y/tcp/"}})
+	if string(gone) != s {
+		t.Error("Stale changed the nftables rendering")
+	}
+}
+
+// Many elements are split over several "add element" commands.
+func TestRenderNFTablesElementBatches(t *testing.T) {
+	var svcs []Service
+	for i := 0; i < 2500; i++ {
+		svcs = append(svcs, Service{Namespace: "cnb", Name: fmt.Sprintf("s%05d", i), ClusterIP: fmt.Sprintf("10.96.%d.%d", i/256, i%256),
+			Port: 80, Protocol: "tcp", Endpoints: []Endpoint{{fmt.Sprintf("10.244.%d.%d", i/256, i%256), 80}}})
+	}
+	out, cnt := RenderNFTables(svcs, Options{})
+	if n := strings.Count(string(out), "add element ip kube-proxy service-ips {"); n != 3 {
+		t.Errorf("%d service-ips element commands, want 3", n)
+	}
+	if cnt.Elements != 5000 || cnt.Chains != 12+5000 || cnt.Services != 2500 || cnt.Endpoints != 2500 {
+		t.Errorf("counts %+v", cnt)
+	}
+}
+
+var scratchSeq int
+
+// scratchNS creates a network namespace for a root test and deletes it at the end.
+func scratchNS(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	scratchSeq++
+	name := fmt.Sprintf("cnbq%04d-unit%d", os.Getpid()%10000, scratchSeq)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v: %s", name, err, out)
+		}
+	})
+	return "/run/netns/" + name
+}
+
+func nftChains(t *testing.T, nsPath string) []string {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--net="+nsPath, "nft", "list", "chains", "ip").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list chains: %v: %s", err, out)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`chain (\S+) \{`).FindAllStringSubmatch(string(out), -1) {
+		names = append(names, m[1])
+	}
+	return names
+}
+
+// The rendering is accepted by the kernel, re-applying it is idempotent, applying a smaller
+// one leaves nothing of the bigger one, and a broken input changes nothing.
+func TestApplyNFTablesReplaces(t *testing.T) {
+	ns := scratchNS(t)
+	svcs := nftTestServices()
+	full, cnt := RenderNFTables(svcs, Options{ClusterCIDR: "10.244.0.0/16"})
+	for i := 0; i < 2; i++ {
+		if err := ApplyNFTables(ns, full); err != nil {
+			t.Fatalf("apply %d: %v", i, err)
+		}
+	}
+	if got := nftChains(t, ns); len(got) != cnt.Chains {
+		t.Errorf("%d chains installed, want %d: %v", len(got), cnt.Chains, got)
+	}
+	mod1, _ := RenderNFTables(svcs, Options{ClusterCIDR: "10.244.0.0/16", NFTMod1Maps: true})
+	if err := ApplyNFTables(ns, mod1); err != nil {
+		t.Fatalf("apply with mod 1 maps: %v", err)
+	}
+	small, scnt := RenderNFTables(svcs[2:], Options{ClusterCIDR: "10.244.0.0/16"})
+	if err := ApplyNFTables(ns, small); err != nil {
+		t.Fatal(err)
+	}
+	got := nftChains(t, ns)
+	if len(got) != scnt.Chains {
+		t.Errorf("%d chains after shrinking, want %d: %v", len(got), scnt.Chains, got)
+	}
+	for _, c := range got {
+		if strings.Contains(c, "/") {
+			t.Errorf("stale Service chain %s survived", c)
+		}
+	}
+	elems, _ := exec.Command("nsenter", "--net="+ns, "nft", "list", "map", "ip", "kube-proxy", "service-ips").CombinedOutput()
+	if strings.Contains(string(elems), "10.96.0.10") {
+		t.Errorf("stale map element survived:\n%s", elems)
+	}
+	// A failing batch is rolled back whole: the previous ruleset stays.
+	bad := append(append([]byte(nil), full...), "add rule ip kube-proxy no-such-chain accept\n"...)
+	if err := ApplyNFTables(ns, bad); err == nil {
+		t.Error("a broken input was accepted")
+	}
+	if got := nftChains(t, ns); len(got) != scnt.Chains {
+		t.Errorf("a failed apply changed the ruleset: %d chains, want %d", len(got), scnt.Chains)
+	}
+	if err := ApplyNFTables(ns, DeleteNFTables()); err != nil {
+		t.Fatal(err)
+	}
+	if got := nftChains(t, ns); len(got) != 0 {
+		t.Errorf("chains left after delete: %v", got)
+	}
+	if err := ApplyNFTables(ns, DeleteNFTables()); err != nil {
+		t.Errorf("deleting an absent table: %v", err)
+	}
+}
+
+// nftUpdateServices is nftTestServices changed: server gone, dns's endpoint moved, a new
+// Service added, empty unchanged.
+func nftUpdateServices() []Service {
+	svcs := nftTestServices()
+	dns := svcs[1]
+	dns.Endpoints = []Endpoint{{"10.244.0.9", 5353}}
+	added := Service{Namespace: "cnb", Name: "new", ClusterIP: "10.96.0.13", Port: 443, Protocol: "tcp",
+		Endpoints: []Endpoint{{"10.244.1.4", 8443}, {"10.244.0.4", 8443}}}
+	return []Service{dns, svcs[2], added}
+}
+
+func TestRenderNFTablesUpdate(t *testing.T) {
+	prev, next := nftTestServices(), nftUpdateServices()
+	opt := Options{ClusterCIDR: "10.244.0.0/16"}
+	out, cnt := RenderNFTablesUpdate(prev, next, opt)
+	s := string(out)
+	_, full := RenderNFTables(next, opt)
+	if cnt.Chains != full.Chains || cnt.Rules != full.Rules || cnt.Elements != full.Elements || cnt.Services != 3 {
+		t.Errorf("update counts %+v, want those of the full rendering %+v", cnt, full)
+	}
+	server, dns, added := prev[0], prev[1], next[2]
+	ep := func(s Service, ip string, port int) string { return s.NFTEndpointChain(Endpoint{ip, port}) }
+	want := []string{
+		// Elements that go away first, so that their chains can go.
+		"delete element ip kube-proxy cluster-ips { 10.96.0.10 }\n",
+		"delete element ip kube-proxy service-ips { 10.96.0.10 . tcp . 5201 }\n",
+		// Changed chains are flushed, then those that go away (in the previous order).
+		"flush chain ip kube-proxy " + dns.NFTServiceChain() + "\n",
+		"flush chain ip kube-proxy " + ep(dns, "10.244.0.8", 5353) + "\n",
+		"flush chain ip kube-proxy " + server.NFTServiceChain() + "\n",
+		"flush chain ip kube-proxy " + ep(server, "10.244.0.7", 5201) + "\n",
+		"delete chain ip kube-proxy " + ep(dns, "10.244.0.8", 5353) + "\n",
+		"delete chain ip kube-proxy " + server.NFTServiceChain() + "\n",
+		"delete chain ip kube-proxy " + ep(server, "10.244.1.9", 5201) + "\n",
+		"add chain ip kube-proxy " + ep(dns, "10.244.0.9", 5353) + "\n",
+		"add chain ip kube-proxy " + added.NFTServiceChain() + "\n",
+		"add chain ip kube-proxy " + ep(added, "10.244.0.4", 8443) + "\n",
+		"add rule ip kube-proxy " + dns.NFTServiceChain() + " goto " + ep(dns, "10.244.0.9", 5353) + "\n",
+		"add rule ip kube-proxy " + added.NFTServiceChain() + " numgen random mod 2 vmap { 0 : goto " + ep(added, "10.244.0.4", 8443) + ", 1 : goto " + ep(added, "10.244.1.4", 8443) + " }\n",
+		"add element ip kube-proxy cluster-ips { 10.96.0.13 }\n",
+		"add element ip kube-proxy service-ips { 10.96.0.13 . tcp . 443 : goto " + added.NFTServiceChain() + " }\n",
+	}
+	last := -1
+	for _, w := range want {
+		i := strings.Index(s, w)
+		if i < 0 {
+			t.Errorf("missing %q", w)
+			continue
+		}
+		if i < last {
+			t.Errorf("out of order: %q", w)
+		}
+		last = i
+	}
+	for _, unwanted := range []string{"delete table", "10.96.0.11", "nat-prerouting", "mark-for-masquerade mark", "add map", "add set"} {
+		if strings.Contains(s, unwanted) {
+			t.Errorf("the update touches %q:\n%s", unwanted, s)
+		}
+	}
+	if same, _ := RenderNFTablesUpdate(next, next, opt); len(same) != 0 {
+		t.Errorf("no change, yet:\n%s", same)
+	}
+	if first, _ := RenderNFTablesUpdate(nil, next, opt); !strings.HasPrefix(string(first), "add table") {
+		t.Error("without a previous state the update is not the full rendering")
+	}
+}
+
+// nftState is the installed table as a sorted list of lines, set elements one per line, for
+// comparing rulesets whatever order they were built in.
+func nftState(t *testing.T, nsPath string) []string {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--net="+nsPath, "nft", "list", "table", "ip", NFTable).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list table: %v: %s", err, out)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		l = strings.Trim(strings.TrimSpace(l), "{},= ")
+		l = strings.TrimPrefix(l, "elements")
+		for _, part := range strings.Split(l, ",") {
+			if part = strings.Trim(strings.TrimSpace(part), "{}= "); part != "" {
+				lines = append(lines, part)
+			}
+		}
+	}
+	slices.Sort(lines)
+	return lines
+}
+
+// An update applied on top of the previous ruleset gives the same ruleset as the full
+// rendering of the new state.
+func TestApplyNFTablesUpdate(t *testing.T) {
+	a, b := scratchNS(t), scratchNS(t)
+	prev, next := nftTestServices(), nftUpdateServices()
+	opt := Options{ClusterCIDR: "10.244.0.0/16"}
+	full, _ := RenderNFTables(prev, opt)
+	upd, _ := RenderNFTablesUpdate(prev, next, opt)
+	if err := ApplyNFTables(a, full); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyNFTables(a, upd); err != nil {
+		t.Fatalf("update: %v\n%s", err, upd)
+	}
+	ref, _ := RenderNFTables(next, opt)
+	if err := ApplyNFTables(b, ref); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := nftState(t, a), nftState(t, b); !slices.Equal(got, want) {
+		t.Errorf("updated ruleset differs from the full one:\nupdated:\n%s\nfull:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// And back: the reverse update restores the first ruleset.
+	back, _ := RenderNFTablesUpdate(next, prev, opt)
+	if err := ApplyNFTables(a, back); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyNFTables(b, full); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := nftState(t, a), nftState(t, b); !slices.Equal(got, want) {
+		t.Errorf("reverse update differs:\n%s\nvs\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -1,0 +1,156 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+)
+
+func TestSilentBlock(t *testing.T) {
+	_, cc, _ := net.ParseCIDR("10.244.0.0/16")
+	for _, c := range []struct {
+		nodes, i int
+		want     string
+	}{{2, 0, "10.244.128.0/18"}, {2, 1, "10.244.192.0/18"}, {3, 2, "10.244.192.0/19"}, {64, 63, "10.244.254.0/23"}} {
+		if got := silentBlock(cc, c.nodes, c.i); got == nil || got.String() != c.want {
+			t.Errorf("silentBlock(%d nodes, node %d) = %v, want %s", c.nodes, c.i, got, c.want)
+		}
+	}
+	_, small, _ := net.ParseCIDR("10.244.0.0/23")
+	if b := silentBlock(small, 2, 0); b != nil {
+		t.Errorf("a /23 for 2 nodes has no room for silent pods, got %v", b)
+	}
+}
+
+// TestSilentPodsAnswerThroughServices: silent pods are addresses in a per-node holder, yet
+// each is a reachable endpoint: 300 silent pods, one Service each, and from a real pod on
+// node0 twenty random Services answer with the address of their own endpoint (on node0 and
+// node1, so intra and inter node), on a bridge and a routed data plane. Deleting pods and
+// Services takes the addresses and rules away.
+func TestSilentPodsAnswerThroughServices(t *testing.T) {
+	for _, dp := range []string{"flannel", "calico"} {
+		t.Run(dp, func(t *testing.T) {
+			l := upLab(t, Config{Dataplane: dp})
+			ctx := context.Background()
+			if _, err := l.CreatePod(ctx, cluster.PodSpec{Name: "client", Node: "node0"}); err != nil {
+				t.Fatal(err)
+			}
+			const n = 300
+			specs := cluster.SilentPods(n, "s", nil)
+			svcs := make([]cluster.ServiceSpec, n)
+			for i := range specs {
+				specs[i].Labels = map[string]string{"n": fmt.Sprint(i)}
+				specs[i].Ports = []cluster.ContainerPort{{Name: "http", Port: 8080, Protocol: "tcp"}}
+				svcs[i] = cluster.ServiceSpec{Name: fmt.Sprintf("svc%d", i), Selector: specs[i].Labels,
+					Ports: []cluster.ServicePort{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "tcp"}}}
+			}
+			start := time.Now()
+			pods, err := l.CreatePods(ctx, specs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d silent pods in %v", n, time.Since(start))
+			out, err := l.CreateServices(ctx, svcs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := l.Programmed(ctx)["proxy_services_count"]; got != n {
+				t.Errorf("programmed %v Services, want %d", got, n)
+			}
+			nodes := map[string]bool{}
+			var script strings.Builder
+			var want []string
+			for _, i := range rand.Perm(n)[:20] {
+				if len(out[i].Endpoints) != 1 || out[i].Endpoints[0] != pods[i].IP {
+					t.Fatalf("service %d endpoints %v, want [%s]", i, out[i].Endpoints, pods[i].IP)
+				}
+				nodes[pods[i].Node] = true
+				fmt.Fprintf(&script, "curl -s -m 3 http://%s/; ", out[i].ClusterIP)
+				want = append(want, pods[i].IP)
+			}
+			res, err := l.Exec(ctx, "client", []string{"sh", "-c", script.String()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Fields(string(res.Stdout)); strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("answers %v\nwant      %v\nstderr %s", got, want, res.Stderr)
+			}
+			if !nodes["node0"] || !nodes["node1"] {
+				t.Errorf("random endpoints only on %v", nodes)
+			}
+			// Deleting a silent pod takes its address away: its Service no longer answers.
+			if err := l.DeleteServices(ctx, []string{svcs[0].Name}); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.DeletePod(ctx, pods[0].Name); err != nil {
+				t.Fatal(err)
+			}
+			res, err = l.Exec(ctx, "client", []string{"curl", "-s", "-m", "2", "http://" + pods[0].IP + ":8080/"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode == 0 {
+				t.Errorf("deleted silent pod %s still answers: %s", pods[0].IP, res.Stdout)
+			}
+			if got := l.Programmed(ctx)["proxy_services_count"]; got != n-1 {
+				t.Errorf("programmed %v Services after a delete, want %d", got, n-1)
+			}
+		})
+	}
+}
+
+// scaleServices creates n silent pods with one Service each in l and returns how long the
+// Services took to program (render + apply in every node).
+func scaleServices(b *testing.B, l *Lab, n int) time.Duration {
+	ctx := context.Background()
+	specs := cluster.SilentPods(n, "s", nil)
+	svcs := make([]cluster.ServiceSpec, n)
+	for i := range specs {
+		specs[i].Labels = map[string]string{"n": fmt.Sprint(i)}
+		specs[i].Ports = []cluster.ContainerPort{{Name: "http", Port: 8080, Protocol: "tcp"}}
+		svcs[i] = cluster.ServiceSpec{Name: fmt.Sprintf("svc%d", i), Selector: specs[i].Labels,
+			Ports: []cluster.ServicePort{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "tcp"}}}
+	}
+	start := time.Now()
+	if _, err := l.CreatePods(ctx, specs); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(time.Since(start).Seconds(), "pods_s")
+	start = time.Now()
+	if _, err := l.CreateServices(ctx, svcs); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// BenchmarkLab10kServices: 10,000 Services, each with its own endpoint (a silent pod that
+// answers), programmed in both nodes of a flannel lab, per proxy (goal: under 30 s each on 2
+// cores). Run: go test -run XXX -bench Lab10kServices -benchtime 1x ./internal/lab/
+func BenchmarkLab10kServices(b *testing.B) {
+	needRootB(b)
+	for _, px := range []string{"iptables", "iptables-legacy", "nftables"} {
+		b.Run(px, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				prefix := testPrefix()
+				l, err := Up(context.Background(), Config{Prefix: prefix, Dataplane: "flannel", Proxy: px})
+				if err != nil {
+					b.Fatal(err)
+				}
+				d := scaleServices(b, l, 10000)
+				p := l.Programmed(context.Background())
+				b.ReportMetric(d.Seconds(), "program_s")
+				b.ReportMetric(p["proxy_rules_count"], "rules")
+				b.ReportMetric(p["proxy_chains_count"], "chains")
+				if err := l.Close(context.Background()); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+}

@@ -16,8 +16,8 @@ import (
 
 // planned scenarios that are not built yet, so `list` tells the whole story.
 var upcoming = map[string]string{
-	"chain":        "service-function chains: not built yet",
-	"vnf":          "packet-forwarding VNF (RFC 2544 search): not built yet",
+	"chain": "service-function chains: not built yet",
+	"vnf":   "packet-forwarding VNF (RFC 2544 search): not built yet",
 }
 
 func newDoctorCmd() *cobra.Command {

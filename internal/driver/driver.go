@@ -77,7 +77,7 @@ var versionRE = map[string]*regexp.Regexp{
 	"netperf":   regexp.MustCompile(`[Vv]ersion\s+(\d+\.\d+\S*)`), // "Netperf version 2.7.0"
 	"netserver": regexp.MustCompile(`[Vv]ersion\s+(\d+\.\d+\S*)`),
 	"curl":      regexp.MustCompile(`curl\s+(\d+\.\d+\S*)`), // "curl 7.88.1 (x86_64-pc-linux-gnu) ..."
-	"nginx":     regexp.MustCompile(`nginx/(\d+\.\d+\S*)`),   // "nginx version: nginx/1.22.1" (on stderr)
+	"nginx":     regexp.MustCompile(`nginx/(\d+\.\d+\S*)`),  // "nginx version: nginx/1.22.1" (on stderr)
 }
 
 // Version extracts the version string from `iperf3 --version` or `netperf -V` output;

@@ -266,7 +266,7 @@ func TestHTTPStatsKnown(t *testing.T) {
 
 // httpLab is a client namespace that reaches n nginx replicas, each in its own namespace,
 // through a virtual IP that an nftables DNAT rule balances per connection (numgen random),
-// the way a Service does. Everything carries a "cnbh"+4 digits prefix and is removed when the
+// the way a Service does. Everything carries a "cnbth"+4 digits prefix and is removed when the
 // test ends.
 type httpLab struct {
 	client   string
@@ -300,7 +300,7 @@ func newHTTPLab(t *testing.T, n int) *httpLab {
 			t.Skipf("%s not found", tool)
 		}
 	}
-	p := fmt.Sprintf("cnbh%04d", rand.Intn(10000))
+	p := fmt.Sprintf("cnbth%04d", rand.Intn(10000))
 	l := &httpLab{client: p + "c", vip: httpLabVIP}
 	var made []string
 	t.Cleanup(func() {

@@ -122,3 +122,57 @@ func b2e(ip map[string]string) bool {
 	fmt.Sscanf(ip["b"], "%d.%d.%d.%d", &b[0], &b[1], &b[2], &b[3])
 	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3]/4 == b[3]/4
 }
+
+// BenchmarkLab20kPolicies: 10,000 silent pods with two NetworkPolicies each (seed 001's
+// p2p-policies load: ingress from and egress to the client and server only), compiled and
+// programmed in both nodes of a calico lab, per engine (goal: under 30 s each on 2 cores).
+// Run: go test -run XXX -bench Lab20kPolicies -benchtime 1x ./internal/lab/
+func BenchmarkLab20kPolicies(b *testing.B) {
+	needRootB(b)
+	for _, engine := range []string{"iptables", "nftables"} {
+		b.Run(engine, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				ctx := context.Background()
+				l, err := Up(ctx, Config{Prefix: testPrefix(), Dataplane: "calico", Policy: engine})
+				if err != nil {
+					b.Fatal(err)
+				}
+				const n = 10000
+				specs := cluster.SilentPods(n, "s", nil)
+				for j := range specs {
+					specs[j].Labels = map[string]string{"role": "silent", "n": fmt.Sprint(j)}
+				}
+				specs = append(specs, cluster.PodSpec{Name: "client", Node: "node0", Labels: map[string]string{"role": "client"}},
+					cluster.PodSpec{Name: "server", Node: "node1", Labels: map[string]string{"role": "server"}})
+				if _, err := l.CreatePods(ctx, specs); err != nil {
+					b.Fatal(err)
+				}
+				pair := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+					{Key: "role", Operator: metav1.LabelSelectorOpIn, Values: []string{"client", "server"}}}}}}
+				var pols []networkingv1.NetworkPolicy
+				for j := 0; j < n; j++ {
+					sel := metav1.LabelSelector{MatchLabels: map[string]string{"n": fmt.Sprint(j)}}
+					pols = append(pols,
+						networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d-in", j)}, Spec: networkingv1.NetworkPolicySpec{
+							PodSelector: sel, Ingress: []networkingv1.NetworkPolicyIngressRule{{From: pair}}}},
+						networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s%d-out", j)}, Spec: networkingv1.NetworkPolicySpec{
+							PodSelector: sel, PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+							Egress: []networkingv1.NetworkPolicyEgressRule{{To: pair}}}})
+				}
+				b.ResetTimer()
+				if err := l.CreateNetworkPolicies(ctx, pols); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				p := l.Programmed(ctx)
+				b.ReportMetric(p["policy_program_ms"]/1000, "program_s")
+				b.ReportMetric(p["policy_compile_ms"]/1000, "compile_s")
+				b.ReportMetric(p["policy_rules_count"], "rules")
+				b.ReportMetric(p["policy_sets_count"], "sets")
+				if err := l.Close(ctx); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+}

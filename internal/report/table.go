@@ -25,11 +25,14 @@ func BaselineFor(c result.Case) string {
 }
 
 // Primary is the metric a case is judged by: received throughput for streams, the
-// transaction rate for request/response and connect/request/response.
+// transaction rate for request/response and connect/request/response, and for HTTP the
+// seed's time to first byte (mean of the central 4 of 6 fetches; lower is better).
 func Primary(c result.Case) string {
 	switch c.Protocol {
 	case "tcp", "udp":
 		return "throughput_bps"
+	case "http":
+		return "ttfb_seed_ms"
 	}
 	return "transactions_per_s"
 }
@@ -62,6 +65,10 @@ func Table(w io.Writer, s result.Summary) error {
 		}
 		if p50, ok := r.Metrics["latency_p50_us"]; ok {
 			detail = fmt.Sprintf("p50 %.0f / p99 %.0f us", p50.TrimmedMean, r.Metrics["latency_p99_us"].TrimmedMean)
+		}
+		if p50, ok := r.Metrics["ttfb_p50_ms"]; ok {
+			detail = fmt.Sprintf("TTFB p50 %.2f / p99 %.2f ms, %.2f Gbit/s, %.0f replicas served", p50.TrimmedMean,
+				r.Metrics["ttfb_p99_ms"].TrimmedMean, r.Metrics["transfer_bps"].TrimmedMean/1e9, r.Metrics["replicas_served"].Min)
 		}
 		cpu := ""
 		if c, ok := r.Metrics["cpu_client_pct"]; ok {
@@ -110,6 +117,8 @@ func format(metric string, v float64) string {
 		return fmt.Sprintf("%.2f Gbit/s", v/1e9)
 	case metric == "transactions_per_s":
 		return fmt.Sprintf("%.0f trans/s", v)
+	case strings.HasSuffix(metric, "_ms"):
+		return fmt.Sprintf("%.2f ms", v)
 	}
 	return fmt.Sprintf("%.3g", v)
 }

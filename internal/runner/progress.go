@@ -161,5 +161,8 @@ func headline(m map[string]float64) string {
 	if v, ok := m["latency_p99_us"]; ok {
 		parts = append(parts, fmt.Sprintf("p99 %.0f us", v))
 	}
+	if v, ok := m["ttfb_seed_ms"]; ok {
+		parts = append(parts, fmt.Sprintf("TTFB %.2f ms (p99 %.2f), %.2f Gbit/s", v, m["ttfb_p99_ms"], m["transfer_bps"]/1e9))
+	}
 	return strings.Join(parts, ", ")
 }

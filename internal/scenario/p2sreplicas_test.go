@@ -69,7 +69,7 @@ func TestP2SReplicasLab(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode")
 	}
-	p := fmt.Sprintf("cnbh%04d", rand.Intn(10000))
+	p := fmt.Sprintf("cnbth%04d", rand.Intn(10000))
 	l, err := lab.Up(context.Background(), lab.Config{Prefix: p, Dataplane: "flannel"})
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os/exec"
@@ -43,7 +42,9 @@ const hookRule = "-A FORWARD -j " + IPTablesTopChain
 // (cache_chain_list_insert in nft-cache.c), so a restore costs commands x chains string
 // comparisons: 5,000 pods (90,000 rules, 25,000 chains) took 553 s, 3,000 pods 22 s, 1,000
 // pods 2.3 s. Without --noflush the table is flushed, no cache is needed, and the same input
-// takes 2-4 s. iptables-legacy-restore is fast either way.
+// takes 2-4 s. iptables-legacy-restore is fast either way. As with kube-router, the packet
+// counters of the other rules of the table restart from zero, and a change someone else makes
+// to the filter table between the save and the restore is lost.
 func ApplyIPTables(nsPath string, backend string, ipset, filter []byte) error {
 	saveTool, restoreTool, err := iptTools(backend)
 	if err != nil {
@@ -130,10 +131,7 @@ func parseSave(save []byte) savedTable {
 	var order []string
 	jumps := map[string][]string{}
 	sets := map[string][]string{}
-	sc := bufio.NewScanner(bytes.NewReader(save))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range strings.Split(string(save), "\n") {
 		if strings.HasPrefix(line, ":") {
 			f := strings.Fields(line[1:])
 			if len(f) == 0 {

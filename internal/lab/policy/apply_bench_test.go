@@ -58,7 +58,7 @@ func scratchNS(b *testing.B) string {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root (network namespaces)")
 	}
-	name := fmt.Sprintf("cnbpbench%02d", rand.Intn(100))
+	name := fmt.Sprintf("cnbtpb%02d", rand.Intn(100))
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		b.Fatalf("ip netns add %s: %v: %s", name, err, out)
 	}

@@ -16,15 +16,16 @@ import (
 //	<policy chain> (PolicyChain.Name): one rule per peer x port of each rule, matching
 //	    ipsets with -m set, setting the admitted bit; then RETURN once admitted
 //
-// Direction. kube-router has one chain per pod and per policy for both directions; a packet
-// between two local pods is checked twice, as the source pod's egress and as the destination
-// pod's ingress. Nothing is ACCEPTed after the first check (the pod chains only DROP or return),
-// so both checks apply. The direction being checked is a mark bit (MarkEgress), set by the pod
-// chain before it jumps to policy chains, and every rule of a policy chain matches it, so an
-// ingress rule never admits during an egress check. A rule that admits sets MarkAdmit; the pod
-// chain drops the packet when no policy set it. KUBE-ROUTER-FORWARD clears both bits at its
-// end. Denied packets are DROPped (as Calico does; kube-router REJECTs): a denied connection
-// times out.
+// Direction. As in kube-router, one chain per pod and one per policy serve both directions,
+// and a packet between two local pods is checked twice: as the source pod's egress and as the
+// destination pod's ingress. Nothing is ACCEPTed after the first check (the pod chains only
+// DROP or return), so both checks apply. The direction being checked is a mark bit
+// (MarkEgress) that the pod chain sets before it jumps to policy chains, and every rule of a
+// policy chain matches it, so an ingress rule never admits during an egress check, even when
+// the pod is among its own policy's peers (kube-router instead matches the policy's target-pod
+// set as destination or source). A rule that admits sets MarkAdmit; the pod chain drops the
+// packet when no policy set it. KUBE-ROUTER-FORWARD clears both bits at its end. Denied
+// packets are DROPped (as Calico does; kube-router REJECTs): a denied connection times out.
 //
 // Ownership. The engine owns the chains reachable from KUBE-ROUTER-FORWARD and from
 // KUBE-ROUTER-IDLE (a chain nothing jumps to that lists, with one jump each, the policy chains

@@ -182,8 +182,11 @@ func iptEngine(backend string) pktEngine {
 }
 
 var nftEngine = pktEngine{
-	name:  "nftables",
-	apply: func(ns string, p *policy.Program) error { input, _ := policy.RenderNFTables(p); return policy.ApplyNFTables(ns, input) },
+	name: "nftables",
+	apply: func(ns string, p *policy.Program) error {
+		input, _ := policy.RenderNFTables(p)
+		return policy.ApplyNFTables(ns, input)
+	},
 	clear: policy.ClearNFTables,
 	installed: func(t *testing.T, ns string) ([]string, []string) {
 		tables := nsOut(t, ns, "nft", "list", "tables")
@@ -216,7 +219,7 @@ func TestPacketsPolicyEngines(t *testing.T) {
 
 func pktDataplane(t *testing.T, dataplane string) {
 	ctx := context.Background()
-	prefix := fmt.Sprintf("cnbp%04d", rand.Intn(10000))
+	prefix := fmt.Sprintf("cnbtp%04d", rand.Intn(10000))
 	l, err := lab.Up(ctx, lab.Config{Prefix: prefix, Dataplane: dataplane})
 	if err != nil {
 		t.Fatal(err)

@@ -23,12 +23,12 @@ func benchSvcs(n int) []Service {
 	return svcs
 }
 
-// benchNS creates a scratch namespace "cnbqbench" + 2 random digits (a lab prefix, so
+// benchNS creates a scratch namespace "cnbtqb" + 2 random digits (a lab prefix, so
 // `cnibench lab clean` would find a leftover) and deletes it when the benchmark ends.
 func benchNS(b *testing.B) string {
 	b.Helper()
 	for range 20 {
-		name := fmt.Sprintf("cnbqbench%02d", rand.Intn(100))
+		name := fmt.Sprintf("cnbtqb%02d", rand.Intn(100))
 		if _, err := os.Stat("/run/netns/" + name); err == nil {
 			continue
 		}

@@ -194,7 +194,7 @@ func scratchNS(t *testing.T) string {
 		t.Skip("needs root")
 	}
 	scratchSeq++
-	name := fmt.Sprintf("cnbq%04d-unit%d", os.Getpid()%10000, scratchSeq)
+	name := fmt.Sprintf("cnbtq%04d-unit%d", os.Getpid()%10000, scratchSeq)
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
 	}

@@ -103,7 +103,7 @@ func serviceDelivers(t *testing.T, dataplane, engine string) {
 		t.Skip("needs root")
 	}
 	ctx := context.Background()
-	prefix := fmt.Sprintf("cnbq%04d", rand.Intn(10000))
+	prefix := fmt.Sprintf("cnbtq%04d", rand.Intn(10000))
 	l, err := lab.Up(ctx, lab.Config{Prefix: prefix, Dataplane: dataplane})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/result"
+)
+
+// TestSeedPlanCI runs plans/seed-001-ci.yaml (seed 001's matrix at CI scale) on the lab: every
+// case is measured, except p2p-policies on Flannel, which enforces no policy and is skipped
+// with that reason; the scale figures recorded with each case match what was asked for.
+func TestSeedPlanCI(t *testing.T) {
+	needRoot(t)
+	out := filepath.Join(t.TempDir(), "seed")
+	start := time.Now()
+	r := runCnb(t, runOpts{timeout: 15 * time.Minute}, "run", "--plan", "../../plans/seed-001-ci.yaml", "--out", out)
+	t.Logf("plans/seed-001-ci.yaml in %s\n%s", time.Since(start).Round(time.Second), r.stdout)
+	if r.code != 0 {
+		t.Fatalf("exit code %d\nstderr:\n%s", r.code, r.stderr)
+	}
+	sum, err := result.ReadSummary(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sum.Results) != 40 {
+		t.Errorf("%d cases, want 40", len(sum.Results))
+	}
+	for _, c := range sum.Results {
+		id := c.Case.ID
+		mean := func(k string) float64 { return c.Metrics[k].Mean }
+		if c.Case.Scenario == "p2p-policies" && c.Case.Dataplane == "flannel" {
+			if c.Status != "skipped" || !strings.Contains(c.Reason, "enforces no NetworkPolicy") {
+				t.Errorf("%s: %s (%s), want skipped: flannel enforces no NetworkPolicy", id, c.Status, c.Reason)
+			}
+			continue
+		}
+		if c.Status != "ok" {
+			t.Errorf("%s: %s (%s)", id, c.Status, c.Reason)
+			continue
+		}
+		switch c.Case.Scenario {
+		case "p2s":
+			// The measured Service has a port per protocol of its tool, each extra one port.
+			if got, want := mean("proxy_services_count"), float64(c.Case.Services-1+2); got < want {
+				t.Errorf("%s: %v Service ports programmed, want >= %v", id, got, want)
+			}
+		case "p2p-policies":
+			if got, want := mean("policy_count"), float64(2*c.Case.Pods+2); got != want {
+				t.Errorf("%s: %v policies programmed, want %v", id, got, want)
+			}
+		case "p2s-replicas":
+			if got := c.Metrics["replicas_served"].Min; got != float64(c.Case.Replicas) {
+				t.Errorf("%s: %v replicas served, want %d", id, got, c.Case.Replicas)
+			}
+			if mean("ttfb_seed_ms") <= 0 || mean("transfer_bps") <= 0 {
+				t.Errorf("%s: TTFB %v ms, rate %v", id, mean("ttfb_seed_ms"), mean("transfer_bps"))
+			}
+		}
+	}
+}

@@ -378,3 +378,20 @@ func pollEvery(ctx context.Context, timeout, interval time.Duration, cond func(c
 		}
 	}
 }
+
+// undoCreated deletes, after a failed batch, the objects whose create succeeded (created[i];
+// name(i) names object i), within podTimeout even when ctx is done.
+func undoCreated(ctx context.Context, created []bool, name func(int) string, del func(context.Context, []string) error) error {
+	var names []string
+	for i, ok := range created {
+		if ok {
+			names = append(names, name(i))
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), podTimeout)
+	defer cancel()
+	return del(dctx, names)
+}

@@ -182,16 +182,10 @@ func (c *Cluster) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cl
 		out, err = c.awaitPods(ctx, specs)
 	}
 	if err != nil {
-		var names []string
-		for i, ok := range created {
-			if ok {
-				names = append(names, specs[i].Name)
-			}
-		}
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), podTimeout)
-		defer cancel()
-		_ = c.deletePods(dctx, names, false)
-		c.forget(names)
+		_ = undoCreated(ctx, created, func(i int) string { return specs[i].Name }, func(ctx context.Context, names []string) error {
+			defer c.forget(names)
+			return c.deletePods(ctx, names, false)
+		})
 		if len(specs) == 1 {
 			return nil, fmt.Errorf("pod %s on %s: %w", specs[0].Name, specs[0].Node, err)
 		}

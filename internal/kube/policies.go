@@ -109,15 +109,7 @@ func (c *Cluster) CreateNetworkPolicies(ctx context.Context, pols []networkingv1
 		return nil
 	})
 	if err != nil {
-		var names []string
-		for i, ok := range created {
-			if ok {
-				names = append(names, objs[i].Name)
-			}
-		}
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), podTimeout)
-		defer cancel()
-		if derr := c.DeleteNetworkPolicies(dctx, names); derr != nil {
+		if derr := undoCreated(ctx, created, func(i int) string { return objs[i].Name }, c.DeleteNetworkPolicies); derr != nil {
 			err = errors.Join(err, derr)
 		}
 		if len(objs) > 1 {

@@ -116,15 +116,7 @@ func (c *Cluster) CreateServices(ctx context.Context, specs []cluster.ServiceSpe
 		})
 	}
 	if err != nil {
-		var names []string
-		for i, ok := range created {
-			if ok {
-				names = append(names, specs[i].Name)
-			}
-		}
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), podTimeout)
-		defer cancel()
-		_ = c.DeleteServices(dctx, names)
+		_ = undoCreated(ctx, created, func(i int) string { return specs[i].Name }, c.DeleteServices)
 		return nil, batchError(specs, err)
 	}
 	out := make([]cluster.Service, len(specs))

@@ -71,7 +71,8 @@ type Member struct {
 	// Addr is an address (SetAddrs, SetAddrPorts) or a CIDR (SetNets).
 	Addr string
 	// Except marks a SetNets member that is carved out of the set ("nomatch" in ipset, a
-	// separate set of exceptions in nftables). Longest prefix wins, as in ipset hash:net.
+	// resolved into disjoint address ranges in nftables). Longest prefix wins, as in ipset
+	// hash:net.
 	Except bool
 	// Protocol and Port complete a SetAddrPorts member.
 	Protocol string

@@ -18,8 +18,26 @@ const serviceBase = "10.96"
 // service is a lab Service: its spec, ClusterIP and the endpoint pod IPs it was given.
 type service struct {
 	spec cluster.ServiceSpec
+	n    int // offset of ip in the service range
 	ip   string
 	eps  []string
+}
+
+// allocClusterIP picks a ClusterIP offset (caller holds mu): fresh ones first, then those of
+// deleted Services, oldest first, so an address is reused as late as possible (connections
+// to a deleted Service may linger in conntrack for a while). The range's first 10 and last
+// addresses are kept back, as a cluster keeps .1 for the API server and .10 for DNS.
+func (l *Lab) allocClusterIP() (int, bool) {
+	if n := 10 + l.svcSeq; n < 1<<16-1 {
+		l.svcSeq++
+		return n, true
+	}
+	if len(l.svcFree) == 0 {
+		return 0, false
+	}
+	n := l.svcFree[0]
+	l.svcFree = l.svcFree[1:]
+	return n, true
 }
 
 // Proxies are the lab's Service implementations: kube-proxy's iptables layout applied with
@@ -65,13 +83,12 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 			err = fmt.Errorf("service %q already exists", spec.Name)
 			break
 		}
-		n := 10 + l.svcSeq
-		if n >= 1<<16-1 {
-			err = fmt.Errorf("service %s: the lab's service range %s.0.0/16 is full", spec.Name, serviceBase)
+		n, ok := l.allocClusterIP()
+		if !ok {
+			err = fmt.Errorf("service %s: the lab's service range %s.0.0/16 is full (%d Services)", spec.Name, serviceBase, len(l.services))
 			break
 		}
-		l.svcSeq++
-		s := &service{spec: spec, ip: fmt.Sprintf("%s.%d.%d", serviceBase, n/256, n%256)}
+		s := &service{spec: spec, n: n, ip: fmt.Sprintf("%s.%d.%d", serviceBase, n/256, n%256)}
 		s.eps = selectIPs(byLabel, spec.Selector)
 		l.services[spec.Name] = s
 		added = append(added, spec.Name)
@@ -84,6 +101,7 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 	if err != nil {
 		l.mu.Lock()
 		for _, n := range added {
+			l.svcFree = append(l.svcFree, l.services[n].n)
 			delete(l.services, n)
 		}
 		l.mu.Unlock()
@@ -126,7 +144,8 @@ func (l *Lab) DeleteServices(ctx context.Context, names []string) error {
 	l.mu.Lock()
 	gone := 0
 	for _, n := range names {
-		if _, ok := l.services[n]; ok {
+		if s, ok := l.services[n]; ok {
+			l.svcFree = append(l.svcFree, s.n)
 			delete(l.services, n)
 			gone++
 		}

@@ -154,3 +154,27 @@ func BenchmarkLab10kServices(b *testing.B) {
 		})
 	}
 }
+
+// ClusterIPs of deleted Services are reused once the range is used up (a long run creates
+// many more Services than the range holds, never more at once), oldest first.
+func TestClusterIPReuse(t *testing.T) {
+	l := &Lab{services: map[string]*service{}}
+	seen := map[int]bool{}
+	for i := 0; i < 1<<16-11; i++ {
+		n, ok := l.allocClusterIP()
+		if !ok || seen[n] || n < 10 || n >= 1<<16-1 {
+			t.Fatalf("allocation %d: %d %v (seen %v)", i, n, ok, seen[n])
+		}
+		seen[n] = true
+	}
+	if _, ok := l.allocClusterIP(); ok {
+		t.Fatal("allocated beyond the range")
+	}
+	l.svcFree = []int{500, 20}
+	if n, _ := l.allocClusterIP(); n != 500 {
+		t.Errorf("reused %d first, want the oldest freed (500)", n)
+	}
+	if n, _ := l.allocClusterIP(); n != 20 {
+		t.Errorf("reused %d, want 20", n)
+	}
+}

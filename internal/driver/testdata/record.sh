@@ -19,6 +19,7 @@ run() { # file, argv...
 }
 
 {
+	echo "(The curl-*.txt recordings are described in README-curl.txt: record.sh rewrites this file.)"
 	echo "Real tool outputs recorded by record.sh on loopback ($IP), stdout+stderr combined."
 	echo "date:    $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "kernel:  $(uname -srm)"

@@ -178,8 +178,8 @@ type Lab struct {
 	bare  int
 
 	services    map[string]*service
-	svcSeq      int   // ClusterIPs handed out so far (offsets into the service range)
-	svcFree     []int // offsets of deleted Services, reused oldest first once the range is used up
+	svcSeq      int      // ClusterIPs handed out so far (offsets into the service range)
+	svcFree     []int    // offsets of deleted Services, reused oldest first once the range is used up
 	svcChains   []string // chains of the last rendering
 	brNetfilter bool     // bridge-nf-call-iptables set in the nodes
 	progMu      sync.Mutex

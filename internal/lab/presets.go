@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -121,5 +122,22 @@ func (p Preset) Needs() []string {
 	if p.Overlay == "vxlan" {
 		n = append(n, "vxlan")
 	}
-	return n
+	proxy, policy := p.Effective()
+	for _, part := range []string{proxy, policy} {
+		switch part {
+		case "iptables":
+			n = append(n, "iptables-nft")
+		case "iptables-legacy":
+			n = append(n, "iptables-legacy")
+		case "nftables":
+			n = append(n, "nftables")
+		}
+	}
+	if policy == "iptables" {
+		n = append(n, "ipset")
+	}
+	if p.Attach == "bridge" && (proxy != "none" || policy != "none") {
+		n = append(n, "br_netfilter")
+	}
+	return slices.Compact(n)
 }

@@ -62,7 +62,11 @@ The build time printed is the time to build the nodes, the underlay and all pods
 			if err != nil {
 				return err
 			}
-			if _, err := l.CreatePods(ctx, cluster.SilentPods(pods, "pod", nil)); err != nil {
+			specs := cluster.SilentPods(pods, "pod", nil)
+			for i := range specs {
+				specs[i].Silent = false // pods to explore: namespaces attached through CNI
+			}
+			if _, err := l.CreatePods(ctx, specs); err != nil {
 				_ = l.Close(context.Background())
 				return err
 			}

@@ -15,8 +15,12 @@ import (
 func TestSeedPlanCI(t *testing.T) {
 	needRoot(t)
 	out := filepath.Join(t.TempDir(), "seed")
+	plan, err := filepath.Abs("../../plans/seed-001-ci.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
-	r := runCnb(t, runOpts{timeout: 15 * time.Minute}, "run", "--plan", "../../plans/seed-001-ci.yaml", "--out", out)
+	r := runCnb(t, runOpts{timeout: 15 * time.Minute}, "run", "--plan", plan, "--out", out)
 	t.Logf("plans/seed-001-ci.yaml in %s\n%s", time.Since(start).Round(time.Second), r.stdout)
 	if r.code != 0 {
 		t.Fatalf("exit code %d\nstderr:\n%s", r.code, r.stderr)

@@ -399,7 +399,7 @@ func (l *httpLab) curl(t *testing.T, argv []string) ([]byte, []byte, int) {
 // checks that CurlCommand opens a connection per request, that ParseCurl reads its output, and
 // that the X-Replica counts match what each replica's access log says it served.
 //
-// With CNIBENCH_RECORD_CURL=1 it also (re)records testdata/curl-*.txt (see README.txt).
+// With CNIBENCH_RECORD_CURL=1 it also (re)records testdata/curl-*.txt (see README-curl.txt).
 func TestLiveHTTPReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode")

@@ -119,6 +119,25 @@ func SilentPods(n int, prefix string, labels map[string]string) []PodSpec {
 	return specs
 }
 
+// ServicesWithEndpoints returns n silent pods and n Services (prefix0.., each Service
+// selecting its own pod alone), the pods declaring TCP targetPort named "http" and each
+// Service forwarding port 80 to it: seed 001's extra Services, each with its own endpoint.
+func ServicesWithEndpoints(n int, prefix string, labels map[string]string, targetPort int) ([]PodSpec, []ServiceSpec) {
+	pods := SilentPods(n, prefix, nil)
+	svcs := make([]ServiceSpec, n)
+	for i := range pods {
+		sel := map[string]string{"cnibench.io/" + prefix: strconv.Itoa(i)}
+		for k, v := range labels {
+			sel[k] = v
+		}
+		pods[i].Labels = sel
+		pods[i].Ports = []ContainerPort{{Name: "http", Port: targetPort, Protocol: "tcp"}}
+		svcs[i] = ServiceSpec{Name: fmt.Sprintf("%s%d", prefix, i), Selector: sel,
+			Ports: []ServicePort{{Name: "http", Port: 80, TargetPort: targetPort, Protocol: "tcp"}}}
+	}
+	return pods, svcs
+}
+
 // Selects reports whether a Service selector picks a pod with these labels (every selector
 // label present with its value; an empty selector picks nothing, as a Service without
 // selector has no endpoints of its own).

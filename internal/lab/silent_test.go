@@ -42,14 +42,7 @@ func TestSilentPodsAnswerThroughServices(t *testing.T) {
 				t.Fatal(err)
 			}
 			const n = 300
-			specs := cluster.SilentPods(n, "s", nil)
-			svcs := make([]cluster.ServiceSpec, n)
-			for i := range specs {
-				specs[i].Labels = map[string]string{"n": fmt.Sprint(i)}
-				specs[i].Ports = []cluster.ContainerPort{{Name: "http", Port: 8080, Protocol: "tcp"}}
-				svcs[i] = cluster.ServiceSpec{Name: fmt.Sprintf("svc%d", i), Selector: specs[i].Labels,
-					Ports: []cluster.ServicePort{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "tcp"}}}
-			}
+			specs, svcs := cluster.ServicesWithEndpoints(n, "s", nil, 8080)
 			start := time.Now()
 			pods, err := l.CreatePods(ctx, specs)
 			if err != nil {
@@ -109,14 +102,7 @@ func TestSilentPodsAnswerThroughServices(t *testing.T) {
 // Services took to program (render + apply in every node).
 func scaleServices(b *testing.B, l *Lab, n int) time.Duration {
 	ctx := context.Background()
-	specs := cluster.SilentPods(n, "s", nil)
-	svcs := make([]cluster.ServiceSpec, n)
-	for i := range specs {
-		specs[i].Labels = map[string]string{"n": fmt.Sprint(i)}
-		specs[i].Ports = []cluster.ContainerPort{{Name: "http", Port: 8080, Protocol: "tcp"}}
-		svcs[i] = cluster.ServiceSpec{Name: fmt.Sprintf("svc%d", i), Selector: specs[i].Labels,
-			Ports: []cluster.ServicePort{{Name: "http", Port: 80, TargetPort: 8080, Protocol: "tcp"}}}
-	}
+	specs, svcs := cluster.ServicesWithEndpoints(n, "s", nil, 8080)
 	start := time.Now()
 	if _, err := l.CreatePods(ctx, specs); err != nil {
 		b.Fatal(err)

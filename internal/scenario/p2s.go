@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -44,15 +43,7 @@ func extraServices(ctx context.Context, cl cluster.Cluster, n int) (pods, servic
 	if n <= 0 {
 		return nil, nil, 0, nil
 	}
-	specs := cluster.SilentPods(n, "extra", nil)
-	svcs := make([]cluster.ServiceSpec, n)
-	for i := range specs {
-		sel := map[string]string{"app": "cnibench", "role": "extra", "cnibench.io/extra": strconv.Itoa(i)}
-		specs[i].Labels = sel
-		specs[i].Ports = []cluster.ContainerPort{{Name: "http", Port: extraPort, Protocol: "tcp"}}
-		svcs[i] = cluster.ServiceSpec{Name: fmt.Sprintf("extra%d", i), Selector: sel,
-			Ports: []cluster.ServicePort{{Name: "http", Port: 80, TargetPort: extraPort, Protocol: "tcp"}}}
-	}
+	specs, svcs := cluster.ServicesWithEndpoints(n, "extra", map[string]string{"app": "cnibench", "role": "extra"}, extraPort)
 	made, err := cl.CreatePods(ctx, specs)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("%d endpoint pods of extra Services: %w", n, err)

@@ -80,25 +80,7 @@ func ApplyIPTables(nsPath string, backend string, ipset, filter []byte) error {
 // ClearIPTables removes everything ApplyIPTables installed with that backend in the namespace:
 // the FORWARD hook, the engine's chains and the sets they used. Idempotent.
 func ClearIPTables(nsPath string, backend string) error {
-	saveTool, restoreTool, err := iptTools(backend)
-	if err != nil {
-		return err
-	}
-	save, err := output(nsPath, saveTool, []string{"-t", "filter"}, nil)
-	if err != nil {
-		return err
-	}
-	old := parseSave(save)
-	if len(old.chains) > 0 || old.hooks > 0 {
-		input, err := old.merge(nil)
-		if err != nil {
-			return err
-		}
-		if _, err := output(nsPath, restoreTool, []string{"-w"}, input); err != nil {
-			return err
-		}
-	}
-	return destroySets(nsPath, old.sets)
+	return ApplyIPTables(nsPath, backend, nil, nil)
 }
 
 // ApplyNFTables installs a RenderNFTables rendering in the network namespace at nsPath: one

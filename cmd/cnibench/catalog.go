@@ -2,17 +2,21 @@ package main
 
 import (
 	"runtime"
+	"slices"
 
+	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/driver"
-	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/lab/dataplane"
 	"github.com/cnibench/cnibench/internal/plan"
 	"github.com/cnibench/cnibench/internal/scenario"
 )
 
-// catalog tells the plan what scenarios, dataplanes and protocols exist.
+// catalog tells the plan what scenarios, dataplanes, protocols and data-plane parts exist: the
+// scenario registry, every backend's dataplanes (the same plan runs on each) and the lab's
+// engine registries.
 func catalog() plan.Catalog {
-	cat := plan.Catalog{Scenarios: map[string]plan.ScenarioInfo{}, Dataplanes: lab.PresetNames(), NumCPU: runtime.NumCPU(),
-		Proxies: lab.Proxies, Policies: lab.PolicyEngines,
+	cat := plan.Catalog{Scenarios: map[string]scenario.Info{}, NumCPU: runtime.NumCPU(),
+		Proxies: dataplane.Proxies(), Policies: dataplane.PolicyEngines(),
 		Tools: func(p string) string {
 			d, err := driver.For(p)
 			if err != nil {
@@ -20,11 +24,16 @@ func catalog() plan.Catalog {
 			}
 			return d.Name()
 		}}
+	for _, b := range cluster.Backends() {
+		for _, d := range b.Dataplanes() {
+			if !slices.Contains(cat.Dataplanes, d) {
+				cat.Dataplanes = append(cat.Dataplanes, d)
+			}
+		}
+	}
 	for _, n := range scenario.Names() {
 		sc, _ := scenario.Get(n)
-		i := sc.Info()
-		cat.Scenarios[n] = plan.ScenarioInfo{Dataplanes: i.Dataplanes, DefaultDataplanes: i.DefaultDataplanes,
-			Placements: i.Placements, Protocols: i.Protocols, DefaultProtocols: i.DefaultProtocols, Params: i.Params, Valid: i.Valid}
+		cat.Scenarios[n] = sc.Info()
 	}
 	return cat
 }

@@ -710,7 +710,7 @@ func TestBadInput(t *testing.T) {
 		{"backend nope", []string{"run", "--scenario", "baseline", "--backend", "nope"}, `--backend: unknown backend "nope"`},
 		{"backend kube without a cluster", []string{"run", "--scenario", "baseline", "--backend", "kube", "--kubeconfig", "/nonexistent/kubeconfig"}, "--backend kube: load kubeconfig"},
 		{"kube clean without a cluster", []string{"kube", "clean", "--kubeconfig", "/nonexistent/kubeconfig"}, "load kubeconfig"},
-		{"fake nodes on the lab", []string{"run", "--scenario", "p2p", "--fake-nodes", "3"}, "--fake-nodes and --kwok are kube backend options"},
+		{"fake nodes on the lab", []string{"run", "--scenario", "p2p", "--fake-nodes", "3"}, "--fake-nodes is a kube backend option: add --backend kube"},
 		{"a node count on kube", []string{"run", "--scenario", "p2p", "--backend", "kube", "--nodes", "3"}, "on the kube backend --nodes names the nodes"},
 		{"kwok missing", []string{"run", "--scenario", "p2p", "--backend", "kube", "--fake-nodes", "2", "--kwok", "/nonexistent/kwok"}, "install it"},
 		{"too many fake nodes", []string{"run", "--scenario", "p2p", "--backend", "kube", "--fake-nodes", "5000"}, "give 0..1000 fake nodes"},

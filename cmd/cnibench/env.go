@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/driver"
+	"github.com/cnibench/cnibench/internal/hosttools"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,12 +39,15 @@ func environment(args []string) map[string]any {
 		env["mem_total"] = strings.TrimSpace(v)
 	}
 	tools := map[string]string{}
-	for tool, argv := range map[string][]string{"iperf3": {"iperf3", "--version"}, "netperf": {"netperf", "-V"},
-		"curl": {"curl", "--version"}, "nginx": {"nginx", "-v"}} {
+	for _, name := range driver.AllTools() {
+		t, err := hosttools.Get(name)
+		if err != nil || t.Version == nil || name == "netserver" { // netserver is netperf's
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		out, _ := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+		out, _ := exec.CommandContext(ctx, name, t.Version...).CombinedOutput()
 		cancel()
-		tools[tool] = driver.Version(tool, out)
+		tools[name] = driver.Version(name, out)
 	}
 	env["tools"] = tools
 	return env

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/lab/dataplane"
+	"github.com/cnibench/cnibench/internal/scenario"
 	"github.com/spf13/cobra"
 )
 
@@ -33,19 +36,16 @@ The build time printed is the time to build the nodes, the underlay and all pods
 				return usagef("--pods %d out of range (0..5000)", pods)
 			}
 			if prefix == "" {
-				prefix = newPrefix()
+				prefix = lab.NewPrefix()
 			}
 			if err := lab.ValidPrefix(prefix); err != nil {
 				return usagef("--prefix: %v", err)
 			}
-			p, err := lab.Lookup(dp)
+			parts, err := dataplane.Resolve(dp, "", "")
 			if err != nil {
 				return usagef("--dataplane: %v", err)
 			}
-			if p.Missing != "" {
-				return usagef("--dataplane %s is not available: %s", dp, p.Missing)
-			}
-			if pods > 0 && (p.Attach == "none" || p.Attach == "veth") {
+			if pods > 0 && !parts.Attach.PodNetwork() {
 				return usagef("--dataplane %s has no pod network: use --pods 0 or a preset such as flannel", dp)
 			}
 			if len(lab.Namespaces(prefix)) > 0 {
@@ -62,7 +62,7 @@ The build time printed is the time to build the nodes, the underlay and all pods
 			if err != nil {
 				return err
 			}
-			specs := cluster.SilentPods(pods, "pod", nil)
+			specs := scenario.SilentPods(pods, "pod", nil)
 			for i := range specs {
 				specs[i].Silent = false // pods to explore: namespaces attached through CNI
 			}
@@ -78,7 +78,7 @@ The build time printed is the time to build the nodes, the underlay and all pods
 			return nil
 		},
 	}
-	up.Flags().StringVar(&dp, "dataplane", "flannel", "preset: flannel, flannel-hostgw, calico, calico-vxlan")
+	up.Flags().StringVar(&dp, "dataplane", "flannel", "preset or baseline: "+strings.Join(append(dataplane.PresetNames(), dataplane.BaselineNames()...), ", "))
 	up.Flags().IntVar(&nodes, "nodes", 2, "nodes (1..64)")
 	up.Flags().IntVar(&mtu, "mtu", 1500, "underlay MTU (576..9000)")
 	up.Flags().IntVar(&pods, "pods", 2, "pods, spread over the nodes round-robin")

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/doctor"
-	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/lab/dataplane"
 	"github.com/cnibench/cnibench/internal/scenario"
 	"github.com/spf13/cobra"
 )
@@ -43,7 +43,7 @@ something a default preset (flannel, calico) needs is missing.`,
 func newListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List dataplane presets and scenarios, and which can run on this host (with reasons)",
+		Short: "List dataplane presets, their parts, and scenarios, and which can run on this host (with reasons)",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var rep *doctor.Report
@@ -55,19 +55,18 @@ func newListCmd() *cobra.Command {
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "DATAPLANE\tATTACH\tOVERLAY\tPROXY\tPOLICY\tRUNS HERE\tEMULATES / REASON")
-			all := lab.Presets()
-			for _, n := range lab.BaselineNames() {
-				p, _ := lab.Lookup(n)
-				all = append(all, p)
-			}
-			for _, p := range all {
-				ok, why := runsHere(p, rep)
-				yes := "yes"
-				if !ok {
-					yes = "no"
-				}
+			for _, p := range dataplane.Presets() {
+				ok, why := presetRunsHere(p, rep)
 				proxy, policy := p.Effective()
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Attach, p.Overlay, part(p.Proxy, proxy), part(p.Policy, policy), yes, orStr(why, p.Emulates))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.Attach, p.Overlay, part(p.Proxy, proxy), part(p.Policy, policy), yesNo(ok), orStr(why, p.Emulates))
+			}
+			fmt.Fprintln(w, "\t\t\t\t\t\t")
+			fmt.Fprintln(w, "PART\tNAME\t\t\t\tRUNS HERE\tWHAT / REASON")
+			for _, k := range partKinds() {
+				for _, e := range k.parts {
+					ok, why := partRunsHere(e, rep)
+					fmt.Fprintf(w, "%s\t%s\t\t\t\t%s\t%s\n", k.kind, e.Name(), yesNo(ok), orStr(why, e.Summary()))
+				}
 			}
 			fmt.Fprintln(w, "\t\t\t\t\t\t")
 			fmt.Fprintln(w, "SCENARIO\tPROTOCOLS\t\t\t\tRUNS HERE\tDESCRIPTION")
@@ -83,9 +82,8 @@ func newListCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintln(out, "\n* the preset's Service proxy or policy engine is not programmed yet: its cases run with none")
-			fmt.Fprintln(out, "  (Services: iptables, iptables-legacy, nftables; ipvs is rendered but needs a kernel with IPVS;")
-			fmt.Fprintln(out, "  policies: iptables + ipset, nftables; eBPF parts come with the eBPF data planes).")
+			fmt.Fprintf(out, "\n* the preset's Service proxy or policy engine is not built yet: its cases run with none\n")
+			fmt.Fprintf(out, "  (built: proxies %s; policy engines %s).\n", strings.Join(dataplane.Proxies(), ", "), strings.Join(dataplane.PolicyEngines(), ", "))
 			if rep == nil {
 				fmt.Fprintln(out, "(not root: host capabilities not checked; every lab case needs root)")
 			}
@@ -94,31 +92,69 @@ func newListCmd() *cobra.Command {
 	}
 }
 
-// runsHere says whether a preset can run on this host, and why not.
-func runsHere(p lab.Preset, rep *doctor.Report) (bool, string) {
-	if p.Missing != "" {
-		return false, p.Missing
+type partKind struct {
+	kind  string
+	parts []dataplane.Part
+}
+
+// partKinds are the lab's engine registries, in the order list shows them.
+func partKinds() []partKind {
+	return []partKind{{"attach", asParts(dataplane.AttachKinds())}, {"overlay", asParts(dataplane.OverlayKinds())},
+		{"proxy", asParts(dataplane.ProxyEngines())}, {"policy", asParts(dataplane.PolicyEngineList())}}
+}
+
+func asParts[T dataplane.Part](ts []T) []dataplane.Part {
+	out := make([]dataplane.Part, len(ts))
+	for i, t := range ts {
+		out[i] = t
+	}
+	return out
+}
+
+// presetRunsHere says whether a preset can run on this host, and why not.
+func presetRunsHere(p dataplane.Preset, rep *doctor.Report) (bool, string) {
+	if m := p.Missing(); m != "" {
+		return false, m
 	}
 	if rep == nil {
 		return false, "needs root"
 	}
-	if need, why := lacks(p, *rep); need != "" {
-		return false, fmt.Sprintf("needs %s: %s", need, why)
+	dp, err := dataplane.Resolve(p.Name, "", "")
+	if err != nil {
+		return false, err.Error()
+	}
+	if who, need, why := dp.Lacks(rep.Has); need != "" {
+		return false, fmt.Sprintf("%s needs %s: %s", who, need, why)
 	}
 	return true, ""
 }
 
-// lacks names the first host capability a preset needs that the doctor found missing, and why.
-func lacks(p lab.Preset, rep doctor.Report) (need, why string) {
-	for _, need := range p.Needs() {
-		if ok, why := rep.Has(need); !ok {
-			return need, why
+// partRunsHere says whether the host has what an engine needs, and why not.
+func partRunsHere(e dataplane.Part, rep *doctor.Report) (bool, string) {
+	if u, ok := e.(interface{ Usable() error }); ok && e.Name() != dataplane.None {
+		if err := u.Usable(); err != nil {
+			return false, err.Error()
 		}
 	}
-	return "", ""
+	if rep == nil {
+		return false, "needs root"
+	}
+	for _, n := range e.Needs() {
+		if ok, why := rep.Has(n); !ok {
+			return false, fmt.Sprintf("needs %s: %s", n, why)
+		}
+	}
+	return true, ""
 }
 
-// part shows a preset's part, starred when the lab does not program it yet.
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+// part shows a preset's part, starred when the lab does not build it yet.
 func part(target, effective string) string {
 	if target != effective {
 		return target + "*"

@@ -8,13 +8,15 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/spf13/cobra"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
 var version = "dev"
 
-// usageError is a user mistake: one line on stderr, exit code 2, host untouched.
+// usageError is a user mistake: one line on stderr, exit code 2, host untouched (backends
+// report theirs as cluster.ErrBadInput, which exits the same way).
 type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
@@ -99,7 +101,7 @@ func execute(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "cnibench: %s\n", strings.Join(strings.Fields(err.Error()), " ")) // one line, even for cobra suggestions and joined errors
 	var ue usageError
-	if errors.As(err, &ue) || isCobraUsage(err) {
+	if errors.As(err, &ue) || errors.Is(err, cluster.ErrBadInput) || isCobraUsage(err) {
 		return 2
 	}
 	return 1

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -15,10 +12,6 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
-	"github.com/cnibench/cnibench/internal/doctor"
-	"github.com/cnibench/cnibench/internal/driver"
-	"github.com/cnibench/cnibench/internal/kube"
-	"github.com/cnibench/cnibench/internal/lab"
 	"github.com/cnibench/cnibench/internal/plan"
 	"github.com/cnibench/cnibench/internal/report"
 	"github.com/cnibench/cnibench/internal/result"
@@ -48,17 +41,10 @@ var caseFlags = []struct{ name, help string }{
 	{"nodes", "lab: node count (default 2); kube: the nodes to use, A,B (default: two Ready, schedulable nodes)"},
 }
 
-// kubeFlags are the kube backend's options.
-type kubeFlags struct {
-	kubeconfig, image, nodes, kwok string
-	tolerate                       bool
-	fakeNodes                      int
-}
-
 func newRunCmd() *cobra.Command {
 	var planFile, backend, out, resume, output string
-	var kf kubeFlags
 	vals := map[string]*string{}
+	bopts := map[string]func() string{} // backend options (not plan keys): flag name -> value
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run a plan (or the cases given by flags) and write results",
@@ -74,32 +60,44 @@ Examples:
   cnibench run --resume runs/20261122T071000Z-quick`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if resume != "" && !cmd.Flags().Changed("backend") {
+				// a resumed run keeps its backend
+				if _, cases, err := runner.LoadPlan(resume); err == nil && len(cases) > 0 {
+					backend = cases[0].Case.Backend
+				}
+			}
+			b, err := cluster.BackendNamed(backend)
+			if err != nil {
+				return usagef("--backend: %v", err)
+			}
 			set := map[string]string{}
 			for name, v := range vals {
 				if cmd.Flags().Changed(name) {
 					set[name] = *v
 				}
 			}
-			// On kube, --nodes names the nodes; on the lab it is a node count (a plan key).
-			if nodes, ok := set["nodes"]; ok && backend == "kube" {
-				if _, err := strconv.Atoi(strings.Split(nodes, ",")[0]); err == nil {
-					return usagef("--nodes %s: on the kube backend --nodes names the nodes to use (A,B); the node count is a lab setting", nodes)
+			// The backend's own options; one that is also a plan key (kube's --nodes) is the
+			// backend's when it declares it.
+			given := map[string]string{}
+			for _, o := range b.Options() {
+				if !cmd.Flags().Changed(o.Name) {
+					continue
 				}
-				kf.nodes = nodes
-				delete(set, "nodes")
-			}
-			if backend != "kube" && (kf.fakeNodes != 0 || kf.kwok != "") {
-				return usagef("--fake-nodes and --kwok are kube backend options: add --backend kube")
-			}
-			if kf.fakeNodes < 0 || kf.fakeNodes > 1000 {
-				return usagef("--fake-nodes %d: give 0..1000 fake nodes", kf.fakeNodes)
-			}
-			if kf.fakeNodes > 0 {
-				if _, err := kube.KwokBinary(kf.kwok); err != nil {
-					return usageError{err.Error()}
+				if o.CaseKey {
+					given[o.Name] = set[o.Name]
+					delete(set, o.Name)
+				} else {
+					given[o.Name] = bopts[o.Name]()
 				}
 			}
-			return runRun(cmd, planFile, set, backend, out, resume, output, kf)
+			for _, other := range cluster.Backends() {
+				for _, o := range other.Options() {
+					if other.Name() != b.Name() && !o.CaseKey && cmd.Flags().Changed(o.Name) {
+						return usagef("--%s is a %s backend option: add --backend %s", o.Name, other.Name(), other.Name())
+					}
+				}
+			}
+			return runRun(cmd, planFile, set, b, given, out, resume, output)
 		},
 	}
 	f := cmd.Flags()
@@ -110,24 +108,33 @@ Examples:
 		}
 		vals[cf.name] = f.String(cf.name, "", cf.help)
 	}
-	f.StringVar(&backend, "backend", "lab", "where pods live: lab (network namespaces on this host) or kube")
+	var backendNames []string
+	for _, b := range cluster.Backends() {
+		backendNames = append(backendNames, b.Name()+" ("+b.Summary()+")")
+		for _, o := range b.Options() {
+			if o.CaseKey || f.Lookup(o.Name) != nil {
+				continue
+			}
+			help := o.Help
+			if o.Bool {
+				v := f.Bool(o.Name, o.Default == "true", help)
+				bopts[o.Name] = func() string { return strconv.FormatBool(*v) }
+				continue
+			}
+			v := f.String(o.Name, o.Default, help)
+			bopts[o.Name] = func() string { return *v }
+		}
+	}
+	f.StringVar(&backend, "backend", "lab", "where pods live: "+strings.Join(backendNames, ", "))
 	f.StringVar(&out, "out", "", "run directory (default runs/<UTC timestamp>-<plan or scenario>)")
 	f.StringVar(&resume, "resume", "", "finish the run in DIR, skipping trials already recorded")
 	f.StringVar(&output, "output", "table", "what to print at the end: table or json")
-	f.StringVar(&kf.kubeconfig, "kubeconfig", "", "kube backend: kubeconfig (default $KUBECONFIG, then ~/.kube/config)")
-	f.StringVar(&kf.image, "image", kube.DefaultImage, "kube backend: tools image (build it with 'cnibench image build')")
-	f.IntVar(&kf.fakeNodes, "fake-nodes", 0, "kube backend: put silent pods on N kwok fake nodes, run for the run's lifetime and removed after")
-	f.StringVar(&kf.kwok, "kwok", "", "kube backend: the kwok binary for --fake-nodes (default: kwok on PATH)")
-	f.BoolVar(&kf.tolerate, "tolerate-taints", false, "kube backend: also use tainted nodes, tolerating their taints")
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend, out, resume, output string, kf kubeFlags) error {
+func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluster.Backend, opts map[string]string, out, resume, output string) error {
 	if output != "table" && output != "json" {
 		return usagef("--output: unknown format %q (valid: table, json)", output)
-	}
-	if backend != "lab" && backend != "kube" {
-		return usagef("--backend: unknown backend %q (valid: lab, kube)", backend)
 	}
 	var (
 		cases []result.CaseSpec
@@ -142,8 +149,11 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend,
 			return usageError{err.Error()}
 		}
 		out = resume
+		if len(cases) > 0 && cases[0].Case.Backend != b.Name() {
+			return usagef("--resume %s: the run is on the %s backend, not %s (drop --backend)", resume, cases[0].Case.Backend, b.Name())
+		}
 	} else {
-		if cases, runID, err = expandCases(planFile, set, backend); err != nil {
+		if cases, runID, err = expandCases(planFile, set, b); err != nil {
 			return err
 		}
 		if out == "" {
@@ -155,14 +165,10 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend,
 			return usagef("--out %s already holds a run: use --resume %s to finish it, or another --out", out, out)
 		}
 	}
-	if len(cases) > 0 && cases[0].Case.Backend == "kube" {
-		backend = "kube" // a resumed run keeps its backend
+	if err := b.Configure(opts, runID); err != nil {
+		return err
 	}
-	if backend == "kube" {
-		if _, err := kube.LoadConfig(kf.kubeconfig); err != nil {
-			return usagef("--backend kube: %v (give --kubeconfig FILE)", err)
-		}
-	} else if err := preflight(cases); err != nil {
+	if err := b.Preflight(cmd.Context(), cases); err != nil {
 		return err
 	}
 	if resume == "" {
@@ -180,13 +186,7 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, backend,
 	}
 	opt := runner.Options{
 		Dir: out, RunID: runID, Environment: environment(os.Args[1:]), Progress: runner.NewProgress(stderr, tty),
-		NewCluster: func(ctx context.Context, k runner.ClusterKey) (cluster.Cluster, error) {
-			if k.Backend == "kube" {
-				return kube.New(ctx, kube.Config{Kubeconfig: kf.kubeconfig, RunID: runID, Image: kf.image,
-					Nodes: plan.ParseList(kf.nodes), TolerateTaints: kf.tolerate, FakeNodes: kf.fakeNodes, Kwok: kf.kwok})
-			}
-			return lab.Up(ctx, lab.Config{Prefix: newPrefix(), Dataplane: k.Dataplane, Nodes: k.Nodes, MTU: k.MTU, Proxy: k.Proxy, Policy: k.Policy})
-		},
+		NewCluster: b.NewCluster,
 	}
 	fmt.Fprintf(stderr, "run %s -> %s\n", runID, out)
 	sum, err := runner.Run(ctx, cases, opt)
@@ -224,9 +224,9 @@ func failedCases(sum result.Summary, out string) error {
 	return nil
 }
 
-// expandCases turns --plan and the case flags into cases; errors are usage errors.
-func expandCases(planFile string, set map[string]string, backend string) ([]result.CaseSpec, string, error) {
-	cat := catalog()
+// expandCases turns --plan and the case flags into the cases the backend runs; errors are
+// usage errors.
+func expandCases(planFile string, set map[string]string, b cluster.Backend) ([]result.CaseSpec, string, error) {
 	over, err := plan.FromFlags(set)
 	if err != nil {
 		return nil, "", usageError{err.Error()}
@@ -244,117 +244,15 @@ func expandCases(planFile string, set map[string]string, backend string) ([]resu
 		name = set["scenario"]
 	}
 	groups = plan.Merge(groups, over)
-	cases, err := plan.Expand(groups, cat, backend, plan.BuiltinDefaults())
+	cases, err := plan.Expand(groups, catalog(), b.Name(), plan.BuiltinDefaults())
 	if err != nil {
 		return nil, "", usageError{err.Error()}
 	}
 	if len(cases) == 0 {
 		return nil, "", usagef("the plan expands to no cases")
 	}
-	if backend == "kube" {
-		for _, cs := range cases {
-			if v := cs.Case.Variant(); v != cs.Case.Dataplane {
-				return nil, "", usagef("case %s: proxy and policy choose lab implementations; a cluster runs its own (remove proxy/policy for --backend kube)", cs.Case.ID)
-			}
-		}
-		return kubeCases(cases), time.Now().UTC().Format("20060102T150405Z") + "-" + name, nil
-	}
-	// The case labels carry the effective data-plane parts.
-	for i := range cases {
-		c := &cases[i].Case
-		p, err := lab.Lookup(c.Dataplane)
-		if err != nil {
-			return nil, "", usageError{err.Error()}
-		}
-		c.Attach, c.Overlay = p.Attach, p.Overlay
-		proxy, policy := p.Effective()
-		if c.Proxy == "" {
-			c.Proxy = proxy
-		}
-		if c.Policy == "" {
-			c.Policy = policy
-		}
+	if cases, err = b.Resolve(cases); err != nil {
+		return nil, "", err
 	}
 	return cases, time.Now().UTC().Format("20060102T150405Z") + "-" + name, nil
-}
-
-// kubeCases maps lab cases onto a real cluster: pod cases run on the cluster's own data plane
-// (dataplane "cluster"), baselines keep their names (bare is skipped there: no bare veth pair
-// on a cluster). Cases that become identical are planned once.
-func kubeCases(cases []result.CaseSpec) []result.CaseSpec {
-	var out []result.CaseSpec
-	seen := map[string]bool{}
-	for _, cs := range cases {
-		c := &cs.Case
-		if c.Scenario != "baseline" {
-			c.Dataplane, c.Attach, c.Overlay, c.Proxy, c.Policy = "cluster", "", "", "", ""
-		}
-		c.ID = c.MakeID()
-		if !seen[c.ID] {
-			seen[c.ID] = true
-			out = append(out, cs)
-		}
-	}
-	return out
-}
-
-// preflight checks, before anything is created, that this host can run the cases: root, the
-// tools they use, and the kernel features of their dataplanes. Failures are usage errors.
-func preflight(cases []result.CaseSpec) error {
-	if os.Geteuid() != 0 {
-		return usagef("the lab backend needs root (it creates network namespaces): run cnibench as root")
-	}
-	tools := map[string]bool{"taskset": true}
-	dps := map[string]bool{}
-	for _, c := range cases {
-		d, err := driver.For(c.Case.Protocol)
-		if err != nil {
-			return usageError{err.Error()}
-		}
-		tools[d.Name()] = true
-		if d.Name() == "netperf" {
-			tools["netserver"] = true
-		}
-		if d.Name() == "curl" {
-			tools["nginx"], tools["/bin/busybox"] = true, true
-		}
-		if sc, err := scenario.Get(c.Case.Scenario); err == nil && sc.Info().Check != nil {
-			if err := sc.Info().Check(c.Case); err != nil {
-				return usagef("case %s: %v", c.Case.ID, err)
-			}
-		}
-		// The lab configuration each case needs (dataplane known and built, MTU budget).
-		cfg := lab.Config{Prefix: "cnbcheck", Dataplane: c.Case.Dataplane, Nodes: c.Nodes, MTU: c.MTU, Proxy: c.Case.Proxy, Policy: c.Case.Policy}
-		if err := cfg.Validate(); err != nil {
-			if p, lerr := lab.Lookup(cfg.Dataplane); lerr == nil && p.Missing != "" {
-				return usagef("dataplane %s is not available: %s (see cnibench list)", p.Name, p.Missing)
-			}
-			return usagef("dataplane %s: %v", cfg.Dataplane, err)
-		}
-		dps[c.Case.Dataplane] = true
-	}
-	for t := range tools {
-		if _, err := exec.LookPath(t); err != nil {
-			return usagef("missing tool %s: install it with `make deps` (scripts/install-deps.sh)", t)
-		}
-	}
-	rep := doctor.Run(context.Background())
-	for dp := range dps {
-		p, _ := lab.Lookup(dp) // validated above
-		if need, why := lacks(p, rep); need != "" {
-			return usagef("dataplane %s needs %s, which this host lacks: %s (see cnibench doctor)", dp, need, why)
-		}
-	}
-	return nil
-}
-
-// newPrefix returns a fresh object prefix: "cnb" and 5 random lowercase letters or digits.
-func newPrefix() string {
-	const a = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 5)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = a[int(b[i])%len(a)]
-	}
-	return "cnb" + string(b)
 }

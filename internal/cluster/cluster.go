@@ -135,27 +135,48 @@ func Busy(a, b CPUSample) (busyPct, softirqPct float64) {
 	return 100 * (dt - notBusy) / dt, 100 * float64(b.SoftIRQ-a.SoftIRQ) / dt
 }
 
-// Cluster is what every backend provides.
+// Facts describe a cluster's data plane: typed fields for what scenarios need, Details for the
+// run's environment record only (scenarios never read Details).
+type Facts struct {
+	Backend   string // "lab", "kube", ...
+	Dataplane string // the preset ("flannel", ...) or "cluster" for a real cluster's own
+	PodMTU    int    // the MTU pods get; 0 when unknown
+	// Details are the backend's other facts (overlay, prefix, kube-proxy mode, ...), recorded
+	// under the run's environment.
+	Details map[string]any
+}
+
+// Record returns the facts as the run's environment records them: Details with backend,
+// dataplane and pod_mtu added (pod_mtu only when known).
+func (f Facts) Record() map[string]any {
+	out := make(map[string]any, len(f.Details)+3)
+	for k, v := range f.Details {
+		out[k] = v
+	}
+	out["backend"] = f.Backend
+	if f.Dataplane != "" {
+		out["dataplane"] = f.Dataplane
+	}
+	if f.PodMTU > 0 {
+		out["pod_mtu"] = f.PodMTU
+	}
+	return out
+}
+
+// Cluster is what every backend provides. Work on one object is the plural call with one
+// element (see the helpers CreatePod, DeletePod, CreateService, DeleteService).
 type Cluster interface {
-	// Backend is "lab" or "kube".
-	Backend() string
 	Nodes(ctx context.Context) ([]Node, error)
-	// CreatePod creates a pod on spec.Node and returns it once it has an IP.
-	CreatePod(ctx context.Context, spec PodSpec) (Pod, error)
-	DeletePod(ctx context.Context, name string) error
-	// CreatePods creates many pods at once (in parallel where the backend can) and returns
-	// them, in the order of specs, once every one is up. On an error the pods already created
-	// are deleted again.
+	// CreatePods creates pods (in parallel where the backend can; a spec without Node goes to
+	// a node the backend picks) and returns them, in the order of specs, once every one has an
+	// IP. On an error the pods already created are deleted again.
 	CreatePods(ctx context.Context, specs []PodSpec) ([]Pod, error)
-	// DeletePods deletes pods created by CreatePods (or CreatePod) and waits until they are gone.
+	// DeletePods deletes pods and waits until they are gone.
 	DeletePods(ctx context.Context, names []string) error
-	// CreateService creates a ClusterIP Service and returns it once traffic to it reaches its
-	// endpoints (the pods matching the selector at that time).
-	CreateService(ctx context.Context, spec ServiceSpec) (Service, error)
-	DeleteService(ctx context.Context, name string) error
-	// CreateServices creates many Services at once (one data-plane programming on the lab,
+	// CreateServices creates ClusterIP Services (one data-plane programming on the lab,
 	// parallel API calls on a cluster) and returns them, in the order of specs, once traffic to
-	// each reaches its endpoints. On an error the Services already created are deleted again.
+	// each reaches its endpoints (the pods matching the selector at that time). On an error the
+	// Services already created are deleted again.
 	CreateServices(ctx context.Context, specs []ServiceSpec) ([]Service, error)
 	DeleteServices(ctx context.Context, names []string) error
 	// CreateNetworkPolicies installs networking.k8s.io/v1 NetworkPolicies (an empty Namespace
@@ -164,19 +185,52 @@ type Cluster interface {
 	CreateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error
 	DeleteNetworkPolicies(ctx context.Context, names []string) error
 	// Programmed describes what the data plane holds now for Services and policies (counts of
-	// rules, chains, sets, set elements, ...; keys are metric names such as
-	// "proxy_rules"); backends that cannot see it return nil.
+	// rules, chains, sets, set elements, programming times; keys are metric names such as
+	// "proxy_rules_count"); backends that cannot see it return nil.
 	Programmed(ctx context.Context) map[string]float64
-	// BarePair creates two pods joined by nothing but one veth pair (baseline "bare").
-	BarePair(ctx context.Context, client, server string) (Pod, Pod, error)
 	// Exec runs argv in the pod to completion. A non-zero exit is not an error: see ExitCode.
 	Exec(ctx context.Context, pod string, argv []string) (ExecResult, error)
 	// Start starts a long-running argv in the pod and waits until it is ready.
 	Start(ctx context.Context, pod string, argv []string, ready Ready) (Process, error)
 	// NodeCPU samples the node's cumulative CPU time.
 	NodeCPU(ctx context.Context, node string) (CPUSample, error)
-	// Info describes the data plane for the run's environment record (MTU, overlay, ...).
-	Info() map[string]any
+	// Facts describe the data plane (pod MTU for scenarios; the rest for the run's record).
+	Facts() Facts
 	// Close removes everything the cluster object created.
 	Close(ctx context.Context) error
+}
+
+// BarePairer is what a backend that can join two pods by nothing but one veth pair offers
+// (the baseline "bare"); a scenario asks for it with a type assertion and reports the case as
+// unsupported where the backend lacks it.
+type BarePairer interface {
+	BarePair(ctx context.Context, client, server string) (Pod, Pod, error)
+}
+
+// CreatePod creates one pod (CreatePods with one spec).
+func CreatePod(ctx context.Context, cl Cluster, spec PodSpec) (Pod, error) {
+	pods, err := cl.CreatePods(ctx, []PodSpec{spec})
+	if err != nil {
+		return Pod{}, err
+	}
+	return pods[0], nil
+}
+
+// DeletePod deletes one pod.
+func DeletePod(ctx context.Context, cl Cluster, name string) error {
+	return cl.DeletePods(ctx, []string{name})
+}
+
+// CreateService creates one Service (CreateServices with one spec).
+func CreateService(ctx context.Context, cl Cluster, spec ServiceSpec) (Service, error) {
+	svcs, err := cl.CreateServices(ctx, []ServiceSpec{spec})
+	if err != nil {
+		return Service{}, err
+	}
+	return svcs[0], nil
+}
+
+// DeleteService deletes one Service.
+func DeleteService(ctx context.Context, cl Cluster, name string) error {
+	return cl.DeleteServices(ctx, []string{name})
 }

@@ -5,9 +5,12 @@
 package doctor
 
 import (
+	"github.com/cnibench/cnibench/internal/hosttools"
+
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -53,7 +56,8 @@ func (r Report) OK() bool {
 
 // Has reports whether a feature or tool is available and, if not, why.
 // name is a check name ("vxlan", "tool nft") or a bare tool or CNI plugin
-// name ("nft", "host-local"); exact check names win.
+// name ("nft", "host-local"); exact check names win. A "tool X" the report did
+// not check (an engine's own tool) is looked up on PATH now.
 func (r Report) Has(name string) (bool, string) {
 	for _, n := range []string{name, "tool " + name, "cni " + name} {
 		for _, c := range r.Checks {
@@ -64,6 +68,12 @@ func (r Report) Has(name string) (bool, string) {
 				return false, c.Detail
 			}
 		}
+	}
+	if tool, ok := strings.CutPrefix(name, "tool "); ok {
+		if _, err := lookTool(tool); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
 	}
 	return false, name + ": not checked"
 }
@@ -98,4 +108,26 @@ func oneLine(s string) string {
 		}
 	}
 	return ""
+}
+
+// Known reports whether name is a check Run makes, resolved as Has resolves it ("vxlan",
+// "tool nft", "nft", "host-local"), or an engine's own "tool X" (looked up when asked): what a
+// part may list among its needs.
+func Known(name string) bool {
+	known := []string{"root"}
+	for _, t := range hosttools.All() {
+		known = append(known, "tool "+t.Name)
+	}
+	for _, p := range cniPlugins {
+		known = append(known, "cni "+p)
+	}
+	for _, f := range kernelFeatures {
+		known = append(known, f.name)
+	}
+	for _, n := range []string{name, "tool " + name, "cni " + name} {
+		if slices.Contains(known, n) {
+			return true
+		}
+	}
+	return strings.HasPrefix(name, "tool ")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -89,6 +90,43 @@ func TestRunAsRoot(t *testing.T) {
 		if strings.Contains(c.Detail, "\n") {
 			t.Errorf("%s: multi-line detail %q", c.Name, c.Detail)
 		}
+	}
+	if left := scratchNamespaces(t); len(left) > 0 {
+		t.Errorf("scratch namespace left behind: %v", left)
+	}
+}
+
+// TestScratchAsRoot: the scratch namespace has the name `cnibench lab clean` knows, is used
+// through netns (a panic inside is raised in the caller, whose cleanup still deletes it), and
+// leaves nothing behind.
+func TestScratchAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	s, err := newScratch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ScratchName.MatchString(s.name) || !regexp.MustCompile(`^cnbdoc[a-z0-9]{5}-scratch$`).MatchString(s.name) || s.path != "/run/netns/"+s.name {
+		t.Errorf("scratch name %q, path %q", s.name, s.path)
+	}
+	if _, err := os.Stat(s.path); err != nil {
+		t.Errorf("scratch namespace missing: %v", err)
+	}
+	if v, err := s.sysctl("net/ipv4/ip_forward"); err != nil || (v != "0" && v != "1") {
+		t.Errorf("sysctl in scratch = %q, %v", v, err)
+	}
+	if links, err := s.h.LinkList(); err != nil || len(links) != 1 {
+		t.Errorf("scratch netlink handle sees %d links (%v), want lo only", len(links), err)
+	}
+	got := func() (r any) {
+		defer s.close()
+		defer func() { r = recover() }()
+		_ = s.do(func() error { panic("probe") })
+		return nil
+	}()
+	if got != "probe" {
+		t.Errorf("recovered %v, want the probe's panic", got)
 	}
 	if left := scratchNamespaces(t); len(left) > 0 {
 		t.Errorf("scratch namespace left behind: %v", left)

@@ -5,18 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"net"
 	"os"
-	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/cnibench/cnibench/internal/names"
+	"github.com/cnibench/cnibench/internal/netns"
 )
 
 // kernelFeatures lists the kernel checks in report order.
@@ -73,86 +74,40 @@ func kernelChecks(ctx context.Context, root bool) []Check {
 // scratch is a named network namespace that exists only while probing.
 type scratch struct {
 	name, path string
-	ns         netns.NsHandle
-	h          *netlink.Handle
+	h          *netlink.Handle // route and generic netlink inside the namespace
 }
+
+// ScratchName matches the names of the scratch namespaces: "cnbdoc", five random
+// characters of names.Lower, "-scratch" (`cnibench lab clean` removes old ones).
+var ScratchName = regexp.MustCompile(`^cnbdoc[a-z0-9]{5}-scratch$`)
 
 // newScratch creates /run/netns/cnbdocXXXXX-scratch without moving the
 // calling thread out of its namespace.
 func newScratch() (*scratch, error) {
-	const alnum = "abcdefghijklmnopqrstuvwxyz0123456789"
-	b := make([]byte, 5)
-	for i := range b {
-		b[i] = alnum[rand.IntN(len(alnum))]
+	s := &scratch{name: "cnbdoc" + names.Random(names.Lower, 5) + "-scratch"}
+	s.path = netns.Path(s.name)
+	if err := netns.Create(s.name); err != nil {
+		return nil, err
 	}
-	s := &scratch{name: "cnbdoc" + string(b) + "-scratch", ns: netns.None()}
-	s.path = filepath.Join("/run/netns", s.name)
-	err := onThread(func() (err error) {
-		s.ns, err = netns.NewNamed(s.name)
-		return err
-	})
-	if err == nil {
-		s.h, err = netlink.NewHandleAt(s.ns, unix.NETLINK_ROUTE, unix.NETLINK_GENERIC)
-	}
+	h, err := netns.Netlink(s.name, unix.NETLINK_ROUTE, unix.NETLINK_GENERIC)
 	if err != nil {
 		s.close()
 		return nil, err
 	}
+	s.h = h
 	return s, nil
 }
 
-// close releases the handles and deletes the namespace.
+// close releases the handle and deletes the namespace.
 func (s *scratch) close() {
 	if s.h != nil {
 		s.h.Close()
 	}
-	s.ns.Close()
-	if netns.DeleteNamed(s.name) != nil {
-		os.Remove(s.path) // left unmounted by a failed NewNamed
-	}
+	_ = netns.Delete(s.name)
 }
 
-// onThread runs fn on a locked OS thread, then moves the thread back to its
-// original network namespace. If that fails the thread stays locked, so the
-// runtime discards it when the goroutine exits. Panics are re-raised in the
-// caller, whose deferred cleanup then runs.
-func onThread(fn func() error) error {
-	var (
-		err    error
-		caught any
-	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer func() { caught = recover() }()
-		runtime.LockOSThread()
-		orig, e := netns.Get()
-		if e != nil {
-			err = e
-			return
-		}
-		defer orig.Close()
-		err = fn()
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-	}()
-	<-done
-	if caught != nil {
-		panic(caught)
-	}
-	return err
-}
-
-// do runs fn with the calling OS thread inside the scratch namespace.
-func (s *scratch) do(fn func() error) error {
-	return onThread(func() error {
-		if err := netns.Set(s.ns); err != nil {
-			return err
-		}
-		return fn()
-	})
-}
+// do runs fn on a locked OS thread inside the scratch namespace.
+func (s *scratch) do(fn func() error) error { return netns.Do(s.name, fn) }
 
 // exec runs tool inside the namespace via nsenter (argv, never a shell).
 func (s *scratch) exec(ctx context.Context, stdin, tool string, args ...string) (string, error) {
@@ -275,15 +230,7 @@ func (s *scratch) tryLink(l netlink.Link) error {
 }
 
 // sysctl reads /proc/sys/key as seen from inside the namespace.
-func (s *scratch) sysctl(key string) (string, error) {
-	var v string
-	err := s.do(func() error {
-		b, err := os.ReadFile(filepath.Join("/proc/sys", key))
-		v = strings.TrimSpace(string(b))
-		return err
-	})
-	return v, err
-}
+func (s *scratch) sysctl(key string) (string, error) { return netns.Sysctl(s.name, key) }
 
 // vxlan creates a VXLAN device with a port and a local address on the veth.
 func (s *scratch) vxlan() (string, error) {

@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"github.com/cnibench/cnibench/internal/hosttools"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,24 +17,6 @@ import (
 
 const cmdTimeout = 5 * time.Second
 
-var tools = []struct {
-	name     string
-	args     []string
-	required bool
-}{
-	{"iperf3", []string{"--version"}, true},
-	{"netperf", []string{"-V"}, true},
-	{"netserver", []string{"-V"}, true},
-	{"ip", []string{"-V"}, true},
-	{"nsenter", []string{"--version"}, true},
-	{"taskset", []string{"--version"}, true},
-	{"nft", []string{"--version"}, false},
-	{"iptables", []string{"--version"}, false},
-	{"iptables-legacy", []string{"--version"}, false},
-	{"ipset", []string{"--version"}, false},
-	{"tcpdump", []string{"--version"}, false},
-}
-
 // cniPlugins are the reference plugins the default presets use.
 var cniPlugins = []string{"bridge", "ptp", "host-local"}
 
@@ -44,11 +28,13 @@ func cniDirs() []string {
 
 func toolChecks(ctx context.Context) []Check {
 	var cs []Check
-	for _, t := range tools {
-		c := Check{Name: "tool " + t.name, Kind: "tool", Required: t.required}
-		if path, err := lookTool(t.name); err != nil {
-			c.Detail = err.Error()
-		} else if out, err := run(ctx, "", nil, path, t.args...); err != nil {
+	for _, t := range hosttools.All() {
+		c := Check{Name: "tool " + t.Name, Kind: "tool", Required: t.Core}
+		if path, err := lookTool(t.Name); err != nil {
+			c.Detail = err.Error() + ": " + t.Install()
+		} else if t.Version == nil {
+			c.OK, c.Detail = true, path
+		} else if out, err := run(ctx, "", nil, path, t.Version...); err != nil {
 			c.Detail = fmt.Sprintf("%s: %v", path, err)
 		} else {
 			c.OK, c.Detail = true, oneLine(out)

@@ -5,6 +5,7 @@ package driver
 import (
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -70,6 +71,34 @@ func ServerPort(tool string) int {
 		return HTTPPort
 	}
 	return 0
+}
+
+// tools are the executables each driver's client and server need, where the measurement
+// runs (a lab pod shares the host's files; on a cluster they come with the tools image).
+var tools = map[string][]string{
+	"iperf3":  {"iperf3"},
+	"netperf": {"netperf", "netserver"},
+	"curl":    {"curl", "nginx", BusyboxPath},
+}
+
+// Tools returns the executables measuring protocol needs (client and server).
+func Tools(protocol string) ([]string, error) {
+	d, err := For(protocol)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string(nil), tools[d.Name()]...), nil
+}
+
+// AllTools returns the executables of every driver, sorted (what the tools image ships and
+// what doctor checks).
+func AllTools() []string {
+	var out []string
+	for _, t := range tools {
+		out = append(out, t...)
+	}
+	sort.Strings(out)
+	return out
 }
 
 var versionRE = map[string]*regexp.Regexp{

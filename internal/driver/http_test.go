@@ -83,7 +83,7 @@ func prepareReplica(t *testing.T, dir string, port int, replica string) {
 // TestNginxSetupAndConfigTest prepares a replica with the real busybox and checks the
 // configuration with the real nginx (nginx -t).
 func TestNginxSetupAndConfigTest(t *testing.T) {
-	for _, tool := range []string{busyboxPath, "nginx"} {
+	for _, tool := range []string{BusyboxPath, "nginx"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not found", tool)
 		}
@@ -295,7 +295,7 @@ func newHTTPLab(t *testing.T, n int) *httpLab {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
 	}
-	for _, tool := range []string{"ip", "nft", "nsenter", "nginx", "curl", busyboxPath} {
+	for _, tool := range []string{"ip", "nft", "nsenter", "nginx", "curl", BusyboxPath} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not found", tool)
 		}

@@ -29,6 +29,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/cnibench/cnibench/internal/driver"
+	"github.com/cnibench/cnibench/internal/hosttools"
 )
 
 // DefaultTag is the image reference recorded when Options.Tag is empty.
@@ -43,9 +46,9 @@ const (
 // Paths inside the image.
 const (
 	SelfPath    = "/usr/local/bin/cnibench"
-	BusyboxPath = "/bin/busybox"
+	BusyboxPath = driver.BusyboxPath
 	NginxConf   = "/etc/nginx/nginx.conf"
-	NginxPort   = 8080
+	NginxPort   = driver.HTTPPort // where /etc/nginx/nginx.conf serves /srv: where replicas listen
 )
 
 // ImagePath is the PATH set in the image config.
@@ -76,18 +79,26 @@ type Manifest struct {
 	Bytes int64    // total uncompressed size of the regular files' contents
 }
 
-// tool is one required host binary and the Debian package providing it.
+// tool is one host binary the image ships: name is its file name, found on PATH or in the sbin
+// directories, pkg the Debian package to install when it is missing.
 type tool struct{ name, pkg string }
 
-var tools = []tool{
-	{"iperf3", "iperf3"},
-	{"netperf", "netperf (in the non-free component)"},
-	{"netserver", "netperf (in the non-free component)"},
-	{"nginx", "nginx-light"},
-	{"curl", "curl"},
-	{"taskset", "util-linux"},
-	{"busybox", "busybox-static"},
-}
+// tools are what pods run: every driver's tools, and taskset, which pins each of them.
+var tools = func() []tool {
+	var out []tool
+	for _, name := range append(driver.AllTools(), "taskset") {
+		t, err := hosttools.Get(name)
+		if err != nil {
+			panic(err) // hosttools' test keeps the table complete
+		}
+		pkg := t.Package
+		if t.NonFree {
+			pkg += " (in the non-free component)"
+		}
+		out = append(out, tool{t.Base(), pkg})
+	}
+	return out
+}()
 
 // Tools returns the names of the host binaries Build looks up in PATH and
 // the sbin directories and puts into the image.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/scenario"
 )
 
 // replicaSet plays the Deployment controller and the kubelet for the fake clientset: once the
@@ -44,7 +45,7 @@ func TestServerDeployment(t *testing.T) {
 	cs := twoNodes()
 	c := newCluster(t, cs, Config{RunID: "r1"})
 	go replicaSet(t, cs, c.Namespace(), "server", "server-7d9f8-x2b4q", "10.244.1.9")
-	p, err := c.CreatePod(ctx, cluster.PodSpec{Name: "server", Node: "worker-b", Server: true, Labels: map[string]string{"role": "server"}})
+	p, err := cluster.CreatePod(ctx, c, cluster.PodSpec{Name: "server", Node: "worker-b", Server: true, Labels: map[string]string{"role": "server"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestServerDeployment(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	if err := c.DeletePod(ctx, "server"); err != nil {
+	if err := cluster.DeletePod(ctx, c, "server"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cs.AppsV1().Deployments(c.Namespace()).Get(ctx, "server", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -116,7 +117,7 @@ func TestCreatePodsSpreadAndDelete(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go runAll(cs, c.Namespace(), stop)
-	pods, err := c.CreatePods(ctx, cluster.SilentPods(5, "silent", map[string]string{"app": "silent"}))
+	pods, err := c.CreatePods(ctx, scenario.SilentPods(5, "silent", map[string]string{"app": "silent"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func TestCreatePodsFailureCleansUp(t *testing.T) {
 	cs := twoNodes()
 	c := newCluster(t, cs, Config{RunID: "r1"})
 	go setStatus(t, cs, c.Namespace(), "silent1", status("ErrImagePull", "no such image"))
-	_, err := c.CreatePods(ctx, cluster.SilentPods(3, "silent", nil))
+	_, err := c.CreatePods(ctx, scenario.SilentPods(3, "silent", nil))
 	if err == nil || !strings.Contains(err.Error(), "silent1") || !strings.Contains(err.Error(), "ErrImagePull") {
 		t.Fatalf("err %v, want silent1's ErrImagePull", err)
 	}
@@ -180,7 +181,7 @@ func TestFakeNodes(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go runAll(cs, c.Namespace(), stop)
-	specs := append(cluster.SilentPods(4, "silent", nil), cluster.PodSpec{Name: "client", Node: "worker-a"})
+	specs := append(scenario.SilentPods(4, "silent", nil), cluster.PodSpec{Name: "client", Node: "worker-a"})
 	pods, err := c.CreatePods(ctx, specs)
 	if err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ func localCluster(t *testing.T) *Cluster {
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	for name, n := range map[string]string{"client": "worker-a", "server": "worker-b"} {
 		go setStatus(t, cs, c.Namespace(), name, running("127.0.0.1"))
-		if _, err := c.CreatePod(context.Background(), cluster.PodSpec{Name: name, Node: n}); err != nil {
+		if _, err := cluster.CreatePod(context.Background(), c, cluster.PodSpec{Name: name, Node: n}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,7 +233,7 @@ func TestStartStopOverExec(t *testing.T) {
 	if pidGone(pid) {
 		t.Fatalf("PID %d not running", pid)
 	}
-	if err := c.DeletePod(ctx, "server"); err != nil {
+	if err := cluster.DeletePod(ctx, c, "server"); err != nil {
 		t.Fatal(err)
 	}
 	if !pidGone(pid) {

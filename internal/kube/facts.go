@@ -53,7 +53,8 @@ var cniRules = []cniRule{
 	{"ovn-kubernetes", []string{"ovnkube-node"}, []string{"ovn-kubernetes", "ovn-kube"}},
 }
 
-// Facts returns environment facts of the run's cluster:
+// readFacts returns environment facts of the run's cluster (New records them; Facts reports
+// them in its Details):
 //
 //   - "kubernetes_version": the API server's GitVersion;
 //   - "node_kernel", "node_os", "node_cpu" (allocatable/capacity CPU), "container_runtime":
@@ -66,9 +67,9 @@ var cniRules = []cniRule{
 //     KubeProxyUnmanaged;
 //   - "pod_mtu": Config.PodMTU, when known.
 //
-// A fact that cannot be read is recorded as "unknown: <reason>". Facts fails only when the
+// A fact that cannot be read is recorded as "unknown: <reason>". readFacts fails only when the
 // API itself is unreachable.
-func (c *Cluster) Facts(ctx context.Context) (map[string]any, error) {
+func (c *Cluster) readFacts(ctx context.Context) (map[string]any, error) {
 	facts := map[string]any{}
 	fail := func(err error) (map[string]any, error) {
 		return nil, fmt.Errorf("kubernetes API unreachable: %w", err)

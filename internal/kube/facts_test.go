@@ -73,7 +73,7 @@ func factsCluster(t *testing.T, cfg Config, objs ...runtime.Object) (*Cluster, *
 
 func facts(t *testing.T, c *Cluster) map[string]any {
 	t.Helper()
-	f, err := c.Facts(context.Background())
+	f, err := c.readFacts(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestFactsUnknown(t *testing.T) {
 		return false, nil, nil
 	})
 	cs.PrependReactor("list", "daemonsets", forbid("daemonsets"))
-	f, err := c.Facts(ctx)
+	f, err := c.readFacts(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestFactsAPIUnreachable(t *testing.T) {
 	for _, verb := range [][2]string{{"get", "version"}, {"get", "nodes"}, {"list", "daemonsets"}, {"get", "configmaps"}} {
 		c, cs := factsCluster(t, Config{})
 		cs.PrependReactor(verb[0], verb[1], func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, refused })
-		f, err := c.Facts(context.Background())
+		f, err := c.readFacts(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), "connection refused") {
 			t.Errorf("%s %s refused: facts %v, error %v", verb[0], verb[1], f, err)
 		}
@@ -284,7 +284,7 @@ func TestFactsAPIUnreachable(t *testing.T) {
 	cancel()
 	c, cs := factsCluster(t, Config{})
 	cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, ctx.Err() })
-	if _, err := c.Facts(ctx); err == nil {
+	if _, err := c.readFacts(ctx); err == nil {
 		t.Error("cancelled: no error")
 	}
 }

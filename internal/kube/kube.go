@@ -8,7 +8,6 @@ package kube
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"sort"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/names"
 )
 
 const (
@@ -62,7 +62,7 @@ type Config struct {
 	Nodes          []string // --nodes A,B; empty = choose automatically
 	Image          string   // tools image, default DefaultImage
 	TolerateTaints bool     // use tainted nodes and tolerate every taint
-	PodMTU         int      // pod MTU if known (0 = unknown); reported in Info as "pod_mtu"
+	PodMTU         int      // pod MTU if known (0 = unknown); reported in Facts as PodMTU
 	FakeNodes      int      // kwok fake nodes for silent pods (0 = none)
 	Kwok           string   // the kwok binary (default: "kwok" from PATH)
 }
@@ -75,7 +75,7 @@ type Cluster struct {
 	core  rest.Interface // REST client of core/v1 built from rc (for pods/exec)
 	ns    string
 	nodes []cluster.Node
-	info  map[string]any // node details for Info
+	info  map[string]any // environment facts read by New (readFacts), for Facts
 
 	fake []string     // kwok fake nodes of this run (Config.FakeNodes)
 	kwok *kwokProcess // the kwok controller managing them
@@ -152,7 +152,7 @@ func NewWithClient(ctx context.Context, cs kubernetes.Interface, rc *rest.Config
 		c.nodes = append(c.nodes, cluster.Node{Name: n.Name, IP: nodeIP(n)})
 	}
 	// The environment record of the run: versions, node kernels and CPUs, CNI, kube-proxy mode.
-	if c.info, err = c.Facts(ctx); err != nil {
+	if c.info, err = c.readFacts(ctx); err != nil {
 		return nil, fmt.Errorf("cluster facts: %w", err)
 	}
 	if c.ns, err = createNamespace(ctx, cs, cfg.RunID); err != nil {
@@ -169,47 +169,45 @@ func NewWithClient(ctx context.Context, cs kubernetes.Interface, rc *rest.Config
 // Namespace is the run namespace.
 func (c *Cluster) Namespace() string { return c.ns }
 
-// Backend implements cluster.Cluster.
-func (c *Cluster) Backend() string { return "kube" }
-
 // Nodes implements cluster.Cluster: the chosen nodes, in order (sorted by name when chosen
 // automatically, as given otherwise).
 func (c *Cluster) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	return append([]cluster.Node(nil), c.nodes...), nil
 }
 
-// BarePair implements cluster.Cluster: not available on a real cluster.
-func (c *Cluster) BarePair(ctx context.Context, client, server string) (cluster.Pod, cluster.Pod, error) {
-	return cluster.Pod{}, cluster.Pod{}, cluster.Unsupported("the bare veth baseline exists only on the lab backend")
-}
-
-// Info implements cluster.Cluster.
-func (c *Cluster) Info() map[string]any {
-	names := make([]string, len(c.nodes))
+// Facts implements cluster.Cluster: the cluster's own data plane ("cluster"), the pod MTU
+// (Config.PodMTU, else the one learnt in the first pod), and in Details the run's namespace,
+// nodes and image, the environment facts read by New (readFacts), the NetworkPolicy probe's
+// outcome once it ran and the kwok fake nodes.
+func (c *Cluster) Facts() cluster.Facts {
+	nodes := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
-		names[i] = n.Name
+		nodes[i] = n.Name
 	}
-	info := map[string]any{"backend": "kube", "namespace": c.ns, "nodes": names, "image": c.cfg.Image}
+	f := cluster.Facts{Backend: BackendName, Dataplane: ClusterDataplane}
+	d := map[string]any{"namespace": c.ns, "nodes": nodes, "image": c.cfg.Image}
 	for k, v := range c.info {
-		info[k] = v
+		d[k] = v
 	}
+	delete(d, "pod_mtu") // typed: f.PodMTU
 	c.mu.Lock()
 	if c.cfg.PodMTU > 0 {
-		info["pod_mtu"] = c.cfg.PodMTU
+		f.PodMTU = c.cfg.PodMTU
 	} else if c.podMTU > 0 {
-		info["pod_mtu"] = c.podMTU
-		info["pod_mtu_source"] = "eth0 of the first pod"
+		f.PodMTU = c.podMTU
+		d["pod_mtu_source"] = "eth0 of the first pod"
 	}
 	if c.policy.probed {
-		info["networkpolicy_enforced"] = c.policy.enforced
-		info["networkpolicy_probe"] = c.policy.detail
+		d["networkpolicy_enforced"] = c.policy.enforced
+		d["networkpolicy_probe"] = c.policy.detail
 	}
 	c.mu.Unlock()
 	if len(c.fake) > 0 {
-		info["fake_nodes"] = len(c.fake)
-		info["fake_node_controller"] = "kwok"
+		d["fake_nodes"] = len(c.fake)
+		d["fake_node_controller"] = "kwok"
 	}
-	return info
+	f.Details = d
+	return f
 }
 
 // Close implements cluster.Cluster: deletes the run namespace (foreground propagation) and
@@ -307,7 +305,7 @@ func deleteNamespace(ctx context.Context, cs kubernetes.Interface, name string) 
 func createNamespace(ctx context.Context, cs kubernetes.Interface, runID string) (string, error) {
 	for attempt := 0; ; attempt++ {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-			Name:   NamespacePrefix + randSuffix(5),
+			Name:   NamespacePrefix + names.Random(names.Kube, 5),
 			Labels: map[string]string{ManagedBy: ManagedByValue, RunLabel: LabelValue(runID), PodSecurityEnforce: "privileged"},
 		}}
 		_, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
@@ -318,17 +316,6 @@ func createNamespace(ctx context.Context, cs kubernetes.Interface, runID string)
 			return "", fmt.Errorf("create namespace %s: %w", ns.Name, err)
 		}
 	}
-}
-
-// randSuffix returns n characters of the alphabet Kubernetes uses for generated names.
-func randSuffix(n int) string {
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
 }
 
 // LabelValue turns s into a valid label value: at most 63 characters of [A-Za-z0-9._-],

@@ -96,8 +96,8 @@ func TestNamespaceLifecycle(t *testing.T) {
 	if !reflect.DeepEqual(ns.Labels, want) {
 		t.Errorf("labels %v, want %v", ns.Labels, want)
 	}
-	if c.Backend() != "kube" {
-		t.Errorf("backend %q", c.Backend())
+	if b := c.Facts().Backend; b != "kube" {
+		t.Errorf("backend %q", b)
 	}
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestCreatePod(t *testing.T) {
 		setStatus(t, cs, c.Namespace(), "server", running("10.244.1.7"))
 	}()
 	spec := cluster.PodSpec{Name: "server", Node: "worker-b", Labels: map[string]string{"app": "cnibench", "role": "server"}, HostNetwork: true}
-	p, err := c.CreatePod(ctx, spec)
+	p, err := cluster.CreatePod(ctx, c, spec)
 	<-done
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +294,7 @@ func TestCreatePod(t *testing.T) {
 	// Default image, no tolerations, pod network.
 	c2 := newCluster(t, cs, Config{})
 	go setStatus(t, cs, c2.Namespace(), "client", running("10.244.0.5"))
-	p2, err := c2.CreatePod(ctx, cluster.PodSpec{Name: "client", Node: "worker-a"})
+	p2, err := cluster.CreatePod(ctx, c2, cluster.PodSpec{Name: "client", Node: "worker-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestCreatePod(t *testing.T) {
 		t.Errorf("default pod: image %q tolerations %v hostNetwork %v ip %q", obj2.Spec.Containers[0].Image, obj2.Spec.Tolerations, obj2.Spec.HostNetwork, p2.IP)
 	}
 
-	if _, err := c.CreatePod(ctx, cluster.PodSpec{Name: "x", Node: "elsewhere"}); err == nil || !strings.Contains(err.Error(), `"elsewhere"`) {
+	if _, err := cluster.CreatePod(ctx, c, cluster.PodSpec{Name: "x", Node: "elsewhere"}); err == nil || !strings.Contains(err.Error(), `"elsewhere"`) {
 		t.Errorf("unknown node: %v", err)
 	}
 
@@ -315,7 +315,7 @@ func TestCreatePod(t *testing.T) {
 		t.Errorf("NodeCPU without REST config: %v", err)
 	}
 
-	if err := c.DeletePod(ctx, "server"); err != nil {
+	if err := cluster.DeletePod(ctx, c, "server"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cs.CoreV1().Pods(c.Namespace()).Get(ctx, "server", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -324,7 +324,7 @@ func TestCreatePod(t *testing.T) {
 	if _, err := c.NodeCPU(ctx, "worker-b"); err == nil || !strings.Contains(err.Error(), "no pod") {
 		t.Errorf("NodeCPU after the node's pod was deleted: %v", err)
 	}
-	if err := c.DeletePod(ctx, "server"); err != nil {
+	if err := cluster.DeletePod(ctx, c, "server"); err != nil {
 		t.Errorf("deleting a deleted pod: %v", err)
 	}
 }
@@ -344,7 +344,7 @@ func TestCreatePodFailsEarly(t *testing.T) {
 		c := newCluster(t, cs, Config{})
 		go setStatus(t, cs, c.Namespace(), "server", status)
 		start := time.Now()
-		_, err := c.CreatePod(ctx, cluster.PodSpec{Name: "server", Node: "worker-a"})
+		_, err := cluster.CreatePod(ctx, c, cluster.PodSpec{Name: "server", Node: "worker-a"})
 		if err == nil || !strings.Contains(err.Error(), reason) {
 			t.Errorf("%s: error %v", reason, err)
 		}
@@ -358,7 +358,7 @@ func TestCreatePodFailsEarly(t *testing.T) {
 	cs := twoNodes()
 	c := newCluster(t, cs, Config{})
 	go setStatus(t, cs, c.Namespace(), "server", status("ErrImagePull", "rpc error: not found"))
-	if _, err := c.CreatePod(ctx, cluster.PodSpec{Name: "server", Node: "worker-a"}); err == nil || !strings.Contains(err.Error(), "rpc error: not found") {
+	if _, err := cluster.CreatePod(ctx, c, cluster.PodSpec{Name: "server", Node: "worker-a"}); err == nil || !strings.Contains(err.Error(), "rpc error: not found") {
 		t.Errorf("ErrImagePull message missing: %v", err)
 	}
 }
@@ -384,7 +384,7 @@ func TestCreatePodTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	go setStatus(t, cs, c.Namespace(), "server", status("ContainerCreating", ""))
-	_, err = c.CreatePod(ctx, cluster.PodSpec{Name: "server", Node: "worker-a"})
+	_, err = cluster.CreatePod(ctx, c, cluster.PodSpec{Name: "server", Node: "worker-a"})
 	for _, w := range []string{"not running after", "ContainerCreating", "FailedCreatePodSandBox", "calico"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("timeout error %v does not mention %s", err, w)
@@ -425,31 +425,36 @@ func TestClean(t *testing.T) {
 	}
 }
 
+// A real cluster has no bare veth pair: the kube Cluster does not offer cluster.BarePairer.
 func TestBarePairUnsupported(t *testing.T) {
-	c := newCluster(t, twoNodes(), Config{})
-	_, _, err := c.BarePair(context.Background(), "worker-a", "worker-a")
-	if !errors.Is(err, cluster.ErrUnsupported) {
-		t.Errorf("BarePair: %v, want ErrUnsupported", err)
+	var cl cluster.Cluster = newCluster(t, twoNodes(), Config{})
+	if _, ok := cl.(cluster.BarePairer); ok {
+		t.Error("kube Cluster implements cluster.BarePairer: the bare veth baseline exists only on the lab backend")
 	}
 }
 
-func TestInfo(t *testing.T) {
+func TestFacts(t *testing.T) {
 	c := newCluster(t, twoNodes(), Config{PodMTU: 1450})
-	info := c.Info()
+	f := c.Facts()
+	if f.Backend != "kube" || f.Dataplane != "cluster" || f.PodMTU != 1450 {
+		t.Errorf("facts %+v", f)
+	}
+	info := f.Record()
 	if info["backend"] != "kube" || info["namespace"] != c.Namespace() || !reflect.DeepEqual(info["nodes"], []string{"worker-a", "worker-b"}) {
 		t.Errorf("info %v", info)
 	}
 	if mtu, ok := info["pod_mtu"].(int); !ok || mtu != 1450 { // scenario.udpLen reads an int
 		t.Errorf("pod_mtu %#v", info["pod_mtu"])
 	}
-	// The environment facts (Facts) are part of Info.
+	// The environment facts (readFacts) are part of the record.
 	if k, ok := info["node_kernel"].(map[string]string); !ok || k["worker-a"] != "6.1.0" || k["worker-b"] != "6.1.0" {
 		t.Errorf("node_kernel %#v", info["node_kernel"])
 	}
 	if _, ok := info["cni"]; !ok {
 		t.Errorf("no cni fact in %v", info)
 	}
-	if _, ok := newCluster(t, twoNodes(), Config{}).Info()["pod_mtu"]; ok {
+	unknownMTU := newCluster(t, twoNodes(), Config{}).Facts()
+	if _, ok := unknownMTU.Record()["pod_mtu"]; ok || unknownMTU.PodMTU != 0 {
 		t.Error("pod_mtu reported while unknown")
 	}
 }
@@ -565,5 +570,42 @@ func TestStartArgv(t *testing.T) {
 	}
 	if cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); !strings.Contains(string(cmd), "sleep\x0030") {
 		t.Errorf("PID %d is %q, not the server", pid, cmd)
+	}
+}
+
+// Facts().Record() is the environment record of the run: every fact the backend learns while
+// it runs, under the keys Info gave them.
+func TestFactsRecordLearnt(t *testing.T) {
+	c := newCluster(t, twoNodes(), Config{Image: "tools:1"})
+	c.mu.Lock()
+	c.podMTU = 1400
+	c.policy = policyState{probed: true, enforced: true, detail: "denied"}
+	c.mu.Unlock()
+	c.fake = []string{"f0", "f1", "f2"}
+	f := c.Facts()
+	if f.PodMTU != 1400 {
+		t.Errorf("PodMTU %d, want the learnt 1400", f.PodMTU)
+	}
+	if _, ok := f.Details["pod_mtu"]; ok {
+		t.Error("pod_mtu in Details: it is the typed PodMTU")
+	}
+	rec := f.Record()
+	want := map[string]any{"backend": "kube", "dataplane": "cluster", "namespace": c.Namespace(),
+		"nodes": []string{"worker-a", "worker-b"}, "image": "tools:1",
+		"pod_mtu": 1400, "pod_mtu_source": "eth0 of the first pod",
+		"networkpolicy_enforced": true, "networkpolicy_probe": "denied",
+		"fake_nodes": 3, "fake_node_controller": "kwok"}
+	for k, v := range want {
+		if !reflect.DeepEqual(rec[k], v) {
+			t.Errorf("%s = %#v, want %#v", k, rec[k], v)
+		}
+	}
+	for k := range c.info { // the facts read by New
+		if _, ok := rec[k]; !ok {
+			t.Errorf("fact %s missing from the record", k)
+		}
+	}
+	if len(rec) != len(want)+len(c.info) {
+		t.Errorf("record has %d keys, want %d: %v", len(rec), len(want)+len(c.info), rec)
 	}
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // fatalWaiting are container waiting reasons that will not resolve by themselves soon:
-// CreatePod fails at once instead of waiting out its timeout.
+// CreatePods fails at once instead of waiting out its timeout.
 var fatalWaiting = map[string]bool{
 	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true,
 	"CrashLoopBackOff": true, "CreateContainerConfigError": true, "CreateContainerError": true,
@@ -127,24 +127,16 @@ func (c *Cluster) hasNode(name string) bool {
 	return false
 }
 
-// CreatePod implements cluster.Cluster: creates the pod on spec.Node (a server as a
-// Deployment of one replica) and waits until it is Running with an IP (at most 2 minutes; at
-// once on an image pull or crash loop failure). A pod that does not come up is deleted again.
-func (c *Cluster) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod, error) {
-	pods, err := c.CreatePods(ctx, []cluster.PodSpec{spec})
-	if err != nil {
-		return cluster.Pod{}, err
-	}
-	return pods[0], nil
-}
-
 // createWorkers is how many create or delete calls CreatePods and DeletePods have in flight.
 const createWorkers = 16
 
-// CreatePods implements cluster.Cluster. Specs without a node (silent pods) go round-robin
-// over the run's kwok fake nodes when it has some, else over its nodes. Every pod is created
-// (in parallel), then all are awaited together: a list of the namespace per poll, not a get
-// per pod.
+// CreatePods implements cluster.Cluster: creates each pod on its spec's node (a server as a
+// Deployment of one replica) and waits until every one is Running with an IP (at most
+// podTimeout plus 100 ms per pod; at once on an image pull or crash loop failure). Specs
+// without a node (silent pods) go round-robin over the run's kwok fake nodes when it has
+// some, else over its nodes. Every pod is created (in parallel), then all are awaited
+// together: a list of the namespace per poll, not a get per pod. Pods that do not come up,
+// and the others of the batch, are deleted again.
 func (c *Cluster) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
 	c.mu.Lock()
 	closed := c.closed
@@ -398,18 +390,13 @@ func eventTime(e corev1.Event) time.Time {
 	return e.CreationTimestamp.Time
 }
 
-// DeletePod implements cluster.Cluster: stops the pod's processes started with Start,
-// deletes the pod (or its Deployment) and waits until it is gone.
+// DeletePods implements cluster.Cluster: stops the pods' processes started with Start,
+// deletes the pods (or their Deployments) and waits until they are gone.
 //
 // Pods are deleted with a 1 s grace period rather than 0: with 0 the API server removes the
 // object at once (a forced deletion) while the kubelet stops the containers later, so "gone"
 // would not mean stopped, and a host-network server could still hold its port when the next
 // pod starts. With 1 s the object disappears only once the kubelet has stopped the pod.
-func (c *Cluster) DeletePod(ctx context.Context, name string) error {
-	return c.DeletePods(ctx, []string{name})
-}
-
-// DeletePods implements cluster.Cluster.
 func (c *Cluster) DeletePods(ctx context.Context, names []string) error {
 	for _, n := range names {
 		c.stopProcs(n)

@@ -80,7 +80,7 @@ func TestCreateNetworkPoliciesNotEnforced(t *testing.T) {
 	if cni.attempts != attempts {
 		t.Errorf("probed again: %d connection attempts after %d", cni.attempts, attempts)
 	}
-	if info := c.Info(); info["networkpolicy_enforced"] != false || info["networkpolicy_probe"] != NotEnforcedDetail {
+	if info := c.Facts().Record(); info["networkpolicy_enforced"] != false || info["networkpolicy_probe"] != NotEnforcedDetail {
 		t.Errorf("info %v", info)
 	}
 }
@@ -128,7 +128,7 @@ func TestCreateNetworkPoliciesEnforced(t *testing.T) {
 	if cni.attempts != attempts {
 		t.Error("probed again for the second batch")
 	}
-	if info := c.Info(); info["networkpolicy_enforced"] != true {
+	if info := c.Facts().Record(); info["networkpolicy_enforced"] != true {
 		t.Errorf("info %v", info)
 	}
 	names := []string{"later", "never-created"}

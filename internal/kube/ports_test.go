@@ -24,7 +24,7 @@ func TestPodContainerPorts(t *testing.T) {
 		{ContainerPort: 9000},
 	}
 	go setStatus(t, cs, c.Namespace(), "web", running("10.244.0.4"))
-	p, err := c.CreatePod(ctx, cluster.PodSpec{Name: "web", Node: "worker-a", Ports: ports})
+	p, err := cluster.CreatePod(ctx, c, cluster.PodSpec{Name: "web", Node: "worker-a", Ports: ports})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestPodContainerPorts(t *testing.T) {
 		t.Errorf("deployment container ports %+v", d.Spec.Template.Spec.Containers[0].Ports)
 	}
 	for _, bad := range []cluster.ContainerPort{{Port: 0}, {Port: 70000}, {Port: 80, Protocol: "TCP"}, {Port: 80, Protocol: "icmp"}} {
-		if _, err := c.CreatePod(ctx, cluster.PodSpec{Name: "bad", Node: "worker-a", Ports: []cluster.ContainerPort{bad}}); err == nil {
+		if _, err := cluster.CreatePod(ctx, c, cluster.PodSpec{Name: "bad", Node: "worker-a", Ports: []cluster.ContainerPort{bad}}); err == nil {
 			t.Errorf("port %+v accepted", bad)
 		}
 	}

@@ -116,11 +116,11 @@ func (c *Cluster) probePolicy(ctx context.Context, pr policyProber) (enforced bo
 		}
 	}()
 
-	server, err := c.CreatePod(ctx, cluster.PodSpec{Name: probeServerPod, Node: serverNode, Labels: map[string]string{ProbeLabel: probeServerRole}})
+	server, err := cluster.CreatePod(ctx, c, cluster.PodSpec{Name: probeServerPod, Node: serverNode, Labels: map[string]string{ProbeLabel: probeServerRole}})
 	if err != nil {
 		return false, "", fmt.Errorf("policy probe: %w", err)
 	}
-	client, err := c.CreatePod(ctx, cluster.PodSpec{Name: probeClientPod, Node: clientNode, Labels: map[string]string{ProbeLabel: probeClientRole}})
+	client, err := cluster.CreatePod(ctx, c, cluster.PodSpec{Name: probeClientPod, Node: clientNode, Labels: map[string]string{ProbeLabel: probeClientRole}})
 	if err != nil {
 		return false, "", fmt.Errorf("policy probe: %w", err)
 	}
@@ -200,7 +200,7 @@ func (c *Cluster) probeCleanup(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("policy probe cleanup: delete NetworkPolicy %s: %w", probePolicyName, err))
 	}
 	for _, pod := range []string{probeServerPod, probeClientPod} {
-		if err := c.DeletePod(ctx, pod); err != nil {
+		if err := cluster.DeletePod(ctx, c, pod); err != nil {
 			errs = append(errs, fmt.Errorf("policy probe cleanup: %w", err))
 		}
 	}

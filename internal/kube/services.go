@@ -38,15 +38,6 @@ func (c *Cluster) serviceObject(spec cluster.ServiceSpec) *corev1.Service {
 	return svc
 }
 
-// CreateService implements cluster.Cluster: CreateServices with one spec.
-func (c *Cluster) CreateService(ctx context.Context, spec cluster.ServiceSpec) (cluster.Service, error) {
-	svcs, err := c.CreateServices(ctx, []cluster.ServiceSpec{spec})
-	if err != nil {
-		return cluster.Service{}, err
-	}
-	return svcs[0], nil
-}
-
 // CreateServices implements cluster.Cluster. It creates every Service (in parallel, through
 // the client's QPS and burst of LoadConfig), then waits until each one's EndpointSlices list as
 // many ready addresses as the run has pods (not host-network) matching its selector: one List of
@@ -288,11 +279,6 @@ func readyAddresses(slices []discoveryv1.EndpointSlice) []string {
 		}
 	}
 	return out
-}
-
-// DeleteService implements cluster.Cluster.
-func (c *Cluster) DeleteService(ctx context.Context, name string) error {
-	return c.DeleteServices(ctx, []string{name})
 }
 
 // DeleteServices implements cluster.Cluster: deletes the Services in parallel (one that does

@@ -22,6 +22,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/scenario"
 )
 
 // assignClusterIPs plays the API server's IP allocator: ip(name) is the ClusterIP of a new
@@ -195,7 +196,7 @@ func TestCreateServices(t *testing.T) {
 	}
 
 	// One Service goes the same way.
-	s, err := c.CreateService(ctx, cluster.ServiceSpec{Name: "one", Selector: map[string]string{"app": "db"}, Ports: []cluster.ServicePort{{Port: 5432, Protocol: "tcp"}}})
+	s, err := cluster.CreateService(ctx, c, cluster.ServiceSpec{Name: "one", Selector: map[string]string{"app": "db"}, Ports: []cluster.ServicePort{{Port: 5432, Protocol: "tcp"}}})
 	if err != nil || s.Name != "one" || s.ClusterIP == "" || !slices.Equal(s.Endpoints, []string{ip["db0"]}) {
 		t.Errorf("CreateService: %+v, %v", s, err)
 	}
@@ -210,7 +211,7 @@ func TestCreateServices(t *testing.T) {
 	if left := servicesLeft(cs, c.Namespace()); len(left) != 0 {
 		t.Errorf("services left after DeleteServices: %v", left)
 	}
-	if err := c.DeleteService(ctx, "one"); err != nil {
+	if err := cluster.DeleteService(ctx, c, "one"); err != nil {
 		t.Errorf("deleting a deleted service: %v", err)
 	}
 }
@@ -248,7 +249,7 @@ func TestCreateServicesFailureCleansUp(t *testing.T) {
 	if left := servicesLeft(cs, c.Namespace()); len(left) != 0 {
 		t.Errorf("services left after a timeout: %v", left)
 	}
-	_, err = c.CreateService(ctx, specs(1)[0])
+	_, err = cluster.CreateService(ctx, c, specs(1)[0])
 	if err == nil || !strings.HasPrefix(err.Error(), "service svc-0: ") {
 		t.Errorf("single service: %v", err)
 	}
@@ -291,7 +292,7 @@ func TestCreateServicesProbesRealEndpointsOnly(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	go runAll(cs, c.Namespace(), stop)
-	if _, err := c.CreatePods(ctx, cluster.SilentPods(3, "silent", map[string]string{"app": "silent"})); err != nil {
+	if _, err := c.CreatePods(ctx, scenario.SilentPods(3, "silent", map[string]string{"app": "silent"})); err != nil {
 		t.Fatal(err)
 	}
 	go sliceController(cs, c.Namespace(), 0, stop)
@@ -307,7 +308,7 @@ func TestCreateServicesProbesRealEndpointsOnly(t *testing.T) {
 		t.Errorf("endpoints %v and %v", svcs[0].Endpoints, svcs[1].Endpoints)
 	}
 	// The probe is real: a Service on a real node whose ClusterIP does not answer fails.
-	_, err = c.CreateService(ctx, cluster.ServiceSpec{Name: "silent-real", Selector: map[string]string{PodLabel: "server"}, Ports: []cluster.ServicePort{{Port: 80, Protocol: "tcp"}}})
+	_, err = cluster.CreateService(ctx, c, cluster.ServiceSpec{Name: "silent-real", Selector: map[string]string{PodLabel: "server"}, Ports: []cluster.ServicePort{{Port: 80, Protocol: "tcp"}}})
 	if err == nil || !strings.Contains(err.Error(), "255.255.255.255:80 not answering") {
 		t.Errorf("unanswered ClusterIP: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/netns"
 )
 
 func (h *Harness) apiURL() string { return "https://" + h.nodes[0].ip + ":6443" }
@@ -87,7 +87,7 @@ func (h *Harness) nsClient(ns string) (*http.Client, error) {
 // dialIn opens a TCP connection from inside a network namespace.
 func dialIn(ctx context.Context, ns, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := lab.InNS(ns, func() error {
+	err := netns.Do(ns, func() error {
 		var err error
 		c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", addr)
 		return err

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/procs"
 )
 
 // Config describes the test cluster.
@@ -131,7 +133,7 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 	for _, a := range h.nodes {
 		for _, b := range h.nodes {
 			if a.name != b.name {
-				if err := run("nsenter", "--net=/run/netns/"+a.ns, "--", "ip", "route", "add", b.podCIDR, "via", b.ip); err != nil {
+				if err := run("nsenter", "--net="+netns.Path(a.ns), "--", "ip", "route", "add", b.podCIDR, "via", b.ip); err != nil {
 					return h, err
 				}
 			}
@@ -170,9 +172,9 @@ func (h *Harness) start(name, ns string, argv ...string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + ns, "--"}, argv...)...)
+	cmd := exec.Command("nsenter", append([]string{"--net=" + netns.Path(ns), "--"}, argv...)...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procs.Attr()
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", name, err)
@@ -247,16 +249,10 @@ func (h *Harness) Down() error {
 	return errors.Join(errs...)
 }
 
-func stopProc(p *proc) {
-	pgid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-p.done
-	}
-}
+// stopGrace is how long a component has to exit after SIGTERM before it is killed.
+const stopGrace = 5 * time.Second
+
+func stopProc(p *proc) { procs.Stop(p.cmd.Process.Pid, p.done, stopGrace) }
 
 // strayPIDs lists processes of this cluster that the harness did not start itself: container
 // processes (in the nodes' cgroups) and containerd shims (their command line names our dir).

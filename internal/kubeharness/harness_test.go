@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/image"
 	"github.com/cnibench/cnibench/internal/kube"
 	"github.com/cnibench/cnibench/internal/lab"
@@ -173,7 +172,7 @@ func fakeNodesOnCluster(t *testing.T, h *Harness) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	pods, err := cl.CreatePods(ctx, cluster.SilentPods(1000, "silent", map[string]string{"role": "silent"}))
+	pods, err := cl.CreatePods(ctx, scenario.SilentPods(1000, "silent", map[string]string{"role": "silent"}))
 	el := time.Since(start)
 	if err != nil {
 		_ = cl.Close(ctx)
@@ -192,7 +191,7 @@ func fakeNodesOnCluster(t *testing.T, h *Harness) {
 	if len(nodes) != 10 || len(ips) != 1000 {
 		t.Errorf("pods on %d nodes with %d distinct IPs, want 10 and 1000", len(nodes), len(ips))
 	}
-	if info := cl.Info(); info["fake_nodes"] != 10 {
+	if info := cl.Facts().Record(); info["fake_nodes"] != 10 {
 		t.Errorf("info fake_nodes %v", info["fake_nodes"])
 	}
 	start = time.Now()
@@ -228,7 +227,7 @@ func probeOnCluster(t *testing.T, h *Harness) {
 		t.Fatal(err)
 	}
 	defer cl.Close(ctx)
-	info := cl.Info()
+	info := cl.Facts().Record()
 	if v, _ := info["kubernetes_version"].(string); v != "v1.34.10" {
 		t.Errorf("kubernetes_version %v", info["kubernetes_version"])
 	}
@@ -443,7 +442,7 @@ func backendOnCluster(t *testing.T, h *Harness) {
 		})
 	}
 	// The pod MTU was read in the first pod (the harness's bridge network: 1500).
-	if mtu := cl.Info()["pod_mtu"]; mtu != 1500 {
+	if mtu := cl.Facts().Record()["pod_mtu"]; mtu != 1500 {
 		t.Errorf("pod_mtu %v, want 1500", mtu)
 	}
 }

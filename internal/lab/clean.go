@@ -9,19 +9,18 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cnibench/cnibench/internal/doctor"
 )
 
 // anyPrefixRe matches the objects of every lab, whatever its prefix.
 var anyPrefixRe = regexp.MustCompile(`^cnb[a-z0-9]{1,8}(-|$)`)
 
-// doctorScratch names cnibench doctor's scratch namespaces ("cnbdoc" + 5 + "-scratch").
-var doctorScratch = regexp.MustCompile(`^cnbdoc[a-z0-9]{5}-scratch$`)
-
 func owned(name, prefix string) bool {
 	if prefix == "" {
 		// A doctor (or a run's preflight) may be using a fresh scratch namespace right now;
 		// one older than a minute is a leftover of a killed doctor.
-		if doctorScratch.MatchString(name) {
+		if doctor.ScratchName.MatchString(name) {
 			st, err := os.Stat(nsPath(name))
 			return err == nil && time.Since(st.ModTime()) > time.Minute
 		}

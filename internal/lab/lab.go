@@ -14,13 +14,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"slices"
-	"strings"
 	"sync"
 
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/lab/dataplane"
 )
 
 // StateRoot holds per-lab state (IPAM allocations, CNI cache); removed with the lab.
@@ -36,7 +35,7 @@ type Config struct {
 	UnderlayCIDR string // default 172.30.0.0/24
 	CNIPath      []string
 	// Proxy and Policy override the preset's Service implementation and policy engine ("" =
-	// the preset's); see Proxies and PolicyEngines.
+	// the preset's); see dataplane.Proxies and dataplane.PolicyEngines.
 	Proxy, Policy string
 }
 
@@ -54,40 +53,23 @@ func ValidPrefix(p string) error {
 // Validate fills in the defaults and checks the configuration (and the dataplane's MTU
 // budget) without touching the host.
 func (c *Config) Validate() error {
-	if err := c.defaults(); err != nil {
-		return err
-	}
-	p, err := Lookup(c.Dataplane)
-	if err != nil {
-		return err
-	}
-	if p.Missing != "" {
-		return cluster.Unsupported("dataplane %s: %s", p.Name, p.Missing)
-	}
-	if c.Proxy != "" && !slices.Contains(Proxies, c.Proxy) {
-		return fmt.Errorf("unknown proxy %q (valid: %s)", c.Proxy, strings.Join(Proxies, ", "))
-	}
-	if c.Policy != "" && !slices.Contains(PolicyEngines, c.Policy) {
-		return fmt.Errorf("unknown policy engine %q (valid: %s)", c.Policy, strings.Join(PolicyEngines, ", "))
-	}
-	if c.MTU-p.Overhead() < 576 {
-		return fmt.Errorf("mtu %d leaves pods below 576 bytes after %d bytes of %s overhead (use --mtu %d or more)", c.MTU, p.Overhead(), p.Overlay, 576+p.Overhead())
-	}
-	return nil
+	_, err := c.resolve()
+	return err
 }
 
-// parts returns the Service implementation and policy engine a lab of this configuration runs.
-func (c *Config) parts(p Preset) (proxy, policy string) {
-	proxy, policy = p.Effective()
-	if p.Attach == "bridge" || p.Attach == "routed" {
-		if c.Proxy != "" {
-			proxy = c.Proxy
-		}
-		if c.Policy != "" {
-			policy = c.Policy
-		}
+// resolve validates the configuration and returns the data-plane parts it runs with.
+func (c *Config) resolve() (dataplane.Parts, error) {
+	if err := c.defaults(); err != nil {
+		return dataplane.Parts{}, err
 	}
-	return proxy, policy
+	dp, err := dataplane.Resolve(c.Dataplane, c.Proxy, c.Policy)
+	if err != nil {
+		return dataplane.Parts{}, err
+	}
+	if oh := dp.Overlay.Overhead(); c.MTU-oh < 576 {
+		return dataplane.Parts{}, fmt.Errorf("mtu %d leaves pods below 576 bytes after %d bytes of %s overhead (use --mtu %d or more)", c.MTU, oh, dp.Overlay.Name(), 576+oh)
+	}
+	return dp, nil
 }
 
 func (c *Config) defaults() error {
@@ -148,11 +130,11 @@ type node struct {
 	name    string // cluster node name: node0, node1, ...
 	ns      string // namespace name
 	ip      net.IP // underlay address
+	index   int
 	podCIDR *net.IPNet
 	// silentCIDR holds the node's silent pods (see silent.go); nil when the cluster CIDR has no
 	// room for it.
 	silentCIDR *net.IPNet
-	vtepMAC    net.HardwareAddr
 }
 
 // pod is one lab pod.
@@ -166,7 +148,7 @@ type pod struct {
 // Lab is a running lab cluster; it implements cluster.Cluster.
 type Lab struct {
 	cfg    Config
-	preset Preset
+	dp     dataplane.Parts
 	fabric string
 	nodes  []*node
 	gw     net.IP // underlay gateway address (on the fabric bridge)
@@ -177,16 +159,14 @@ type Lab struct {
 	procs map[*proc]bool
 	bare  int
 
-	services    map[string]*service
-	svcSeq      int      // ClusterIPs handed out so far (offsets into the service range)
-	svcFree     []int    // offsets of deleted Services, reused oldest first once the range is used up
-	svcChains   []string // chains of the last rendering
-	brNetfilter bool     // bridge-nf-call-iptables set in the nodes
-	progMu      sync.Mutex
-	programmed  map[string]float64 // what the last Service/policy programming installed
-	proxy       string             // effective Service implementation
-	policy      string             // effective policy engine
-	policies    map[string]networkingv1.NetworkPolicy
+	services   map[string]*service
+	svcSeq     int      // ClusterIPs handed out so far (offsets into the service range)
+	svcFree    []int    // offsets of deleted Services, reused oldest first once the range is used up
+	svcChains  []string // chains of the last rendering
+	filtering  bool     // the nodes are ready for filtering (Attach.Filtered)
+	progMu     sync.Mutex
+	programmed map[string]float64 // what the last Service/policy programming installed
+	policies   map[string]networkingv1.NetworkPolicy
 
 	holdMu  sync.Mutex
 	holders map[string]*holder // node name -> silent-pod holder
@@ -200,24 +180,23 @@ func (l *Lab) StateDir() string { return filepath.Join(StateRoot, l.cfg.Prefix) 
 // Prefix returns the lab's prefix.
 func (l *Lab) Prefix() string { return l.cfg.Prefix }
 
-// Preset returns the lab's data plane.
-func (l *Lab) Preset() Preset { return l.preset }
+// Parts returns the lab's data-plane parts.
+func (l *Lab) Parts() dataplane.Parts { return l.dp }
 
 // PodMTU is the MTU pods get: the underlay MTU less the overlay overhead.
-func (l *Lab) PodMTU() int { return l.cfg.MTU - l.preset.Overhead() }
+func (l *Lab) PodMTU() int { return l.cfg.MTU - l.dp.Overlay.Overhead() }
 
 // Up builds a lab. On error everything created so far is removed.
 func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
-	if err := cfg.Validate(); err != nil {
+	dp, err := cfg.resolve()
+	if err != nil {
 		return nil, err
 	}
-	p, _ := Lookup(cfg.Dataplane)
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab backend needs root (network namespaces): run as root")
 	}
-	l = &Lab{cfg: cfg, preset: p, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, services: map[string]*service{},
+	l = &Lab{cfg: cfg, dp: dp, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, services: map[string]*service{},
 		holders: map[string]*holder{}, programmed: map[string]float64{}, policies: map[string]networkingv1.NetworkPolicy{}}
-	l.proxy, l.policy = cfg.parts(p)
 	defer func() {
 		if err != nil {
 			_ = l.Close(context.Background())
@@ -230,16 +209,13 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if err := l.buildUnderlay(); err != nil {
 		return nil, err
 	}
-	if p.Attach == "bridge" || p.Attach == "routed" {
+	if dp.Attach.PodNetwork() {
 		if err := l.buildPodNetwork(); err != nil {
 			return nil, err
 		}
 	}
 	return l, ctx.Err()
 }
-
-// Backend implements cluster.Cluster.
-func (l *Lab) Backend() string { return "lab" }
 
 // Nodes implements cluster.Cluster.
 func (l *Lab) Nodes(ctx context.Context) ([]cluster.Node, error) {
@@ -313,9 +289,9 @@ func (l *Lab) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod,
 		p.ns, p.IP = n.ns, n.ip.String()
 		return p.Pod, nil
 	}
-	if l.preset.Attach != "bridge" && l.preset.Attach != "routed" {
+	if !l.dp.Attach.PodNetwork() {
 		l.forget(spec.Name)
-		return cluster.Pod{}, cluster.Unsupported("dataplane %s has no pod network (host-network pods only)", l.preset.Name)
+		return cluster.Pod{}, cluster.Unsupported("dataplane %s has no pod network (host-network pods only)", l.dp.Preset.Name)
 	}
 	if spec.Silent {
 		if err := l.createSilent(ctx, p, n, spec.Ports); err != nil {
@@ -376,20 +352,19 @@ func (l *Lab) DeletePod(ctx context.Context, name string) error {
 	return errors.Join(errs...)
 }
 
-// Info implements cluster.Cluster.
-func (l *Lab) Info() map[string]any {
-	proxy, policy := l.proxy, l.policy
-	info := map[string]any{
-		"backend": "lab", "dataplane": l.preset.Name, "attach": l.preset.Attach, "overlay": l.preset.Overlay,
-		"proxy": proxy, "policy": policy,
-		"emulates": l.preset.Emulates, "underlay_mtu": l.cfg.MTU, "pod_mtu": l.PodMTU(), "nodes": l.cfg.Nodes,
+// Facts implements cluster.Cluster.
+func (l *Lab) Facts() cluster.Facts {
+	attach, overlay, proxy, policy := l.dp.Labels()
+	details := map[string]any{
+		"attach": attach, "overlay": overlay, "proxy": proxy, "policy": policy,
+		"emulates": l.dp.Preset.Emulates, "underlay_mtu": l.cfg.MTU, "nodes": l.cfg.Nodes,
 		"cluster_cidr": l.cfg.ClusterCIDR, "underlay_cidr": l.cfg.UnderlayCIDR, "prefix": l.cfg.Prefix,
 		"cpu_accounting": "lab nodes share the host kernel: node CPU figures are host-wide /proc/stat",
 	}
-	if l.preset.Overlay == "vxlan" {
-		info["vxlan_device"], info["vxlan_port"], info["vni"] = l.preset.VXLANDev, l.preset.VXLANPort, l.preset.VNI
+	for k, v := range l.dp.Overlay.Facts(l.dp.Preset) {
+		details[k] = v
 	}
-	return info
+	return cluster.Facts{Backend: "lab", Dataplane: l.dp.Preset.Name, PodMTU: l.PodMTU(), Details: details}
 }
 
 // Close implements cluster.Cluster: idempotent removal of everything with the lab's prefix.

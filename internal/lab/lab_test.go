@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"github.com/cnibench/cnibench/internal/scenario"
 	"os"
 	"strings"
 	"testing"
@@ -161,7 +162,7 @@ func buildLab(b *testing.B, pods int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		specs := cluster.SilentPods(pods, "p", nil)
+		specs := scenario.SilentPods(pods, "p", nil)
 		for i := range specs {
 			specs[i].Silent = false // pods attached through CNI, not silent addresses
 		}

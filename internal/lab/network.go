@@ -6,32 +6,19 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
+
+	"github.com/cnibench/cnibench/internal/lab/dataplane"
+	cnbnetns "github.com/cnibench/cnibench/internal/netns"
 )
 
 const underlayBridge = "underlay"
 
-// nsHandle opens a netlink handle operating inside the named namespace.
-func nsHandle(name string) (*netlink.Handle, netns.NsHandle, error) {
-	ns, err := netns.GetFromPath(nsPath(name))
-	if err != nil {
-		return nil, 0, fmt.Errorf("open netns %s: %w", name, err)
-	}
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		ns.Close()
-		return nil, 0, fmt.Errorf("netlink in %s: %w", name, err)
-	}
-	return h, ns, nil
-}
-
 // withHandle runs fn with a netlink handle in the named namespace.
 func withHandle(name string, fn func(h *netlink.Handle) error) error {
-	h, ns, err := nsHandle(name)
+	h, err := cnbnetns.Netlink(name)
 	if err != nil {
 		return err
 	}
-	defer ns.Close()
 	defer h.Close()
 	return fn(h)
 }
@@ -75,7 +62,7 @@ func (l *Lab) buildUnderlay() error {
 		return err
 	}
 	for i := 0; i < l.cfg.Nodes; i++ {
-		n := &node{name: fmt.Sprintf("node%d", i), ns: fmt.Sprintf("%s-n%d", l.cfg.Prefix, i), ip: nthIP(ul.IP, 10+i),
+		n := &node{index: i, name: fmt.Sprintf("node%d", i), ns: fmt.Sprintf("%s-n%d", l.cfg.Prefix, i), ip: nthIP(ul.IP, 10+i),
 			podCIDR: &net.IPNet{IP: nthIP(cc.IP, 256*i), Mask: net.CIDRMask(24, 32)}, silentCIDR: silentBlock(cc, l.cfg.Nodes, i)}
 		l.nodes = append(l.nodes, n)
 		if err := createNS(n.ns); err != nil {
@@ -141,103 +128,43 @@ func (l *Lab) plugNode(i int, n *node) error {
 	})
 }
 
-// buildPodNetwork programs what the emulated CNI's node agent programs: the overlay device with
-// its FDB and neighbour entries, or native routes between nodes.
+// view is what the data-plane engines see of a node.
+func (l *Lab) view(n *node) dataplane.Node {
+	return dataplane.Node{Index: n.index, Name: n.name, NS: n.ns, Path: nsPath(n.ns), IP: n.ip, PodCIDR: n.podCIDR, Blocks: n.blocks(),
+		Netlink: func(fn func(h *netlink.Handle) error) error { return withHandle(n.ns, fn) },
+		Sysctl:  func(key, value string) error { return writeSysctl(n.ns, key, value) }}
+}
+
+// views are the engines' views of every node, in node order.
+func (l *Lab) views() []dataplane.Node {
+	out := make([]dataplane.Node, len(l.nodes))
+	for i, n := range l.nodes {
+		out[i] = l.view(n)
+	}
+	return out
+}
+
+// buildPodNetwork programs what the emulated CNI's node agent programs: the overlay devices
+// in every node first, then in each node what the attach kind keeps there and the way to
+// every other node (over the overlay device, or native routes).
 func (l *Lab) buildPodNetwork() error {
-	if l.preset.Overlay == "vxlan" {
-		for i, n := range l.nodes {
-			n.vtepMAC = net.HardwareAddr{0x0a, 0xcb, 0, 0, byte(i >> 8), byte(i)}
-			if err := l.addVTEP(n); err != nil {
-				return fmt.Errorf("node %s: vxlan: %w", n.name, err)
-			}
+	nodes := l.views()
+	for _, n := range nodes {
+		if err := l.dp.Overlay.SetupNode(n, l.dp.Preset, l.cfg.MTU); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
 	}
-	for _, n := range l.nodes {
-		err := withHandle(n.ns, func(h *netlink.Handle) error {
-			eth, err := h.LinkByName("eth0")
-			if err != nil {
-				return err
+	for _, n := range nodes {
+		if err := l.dp.Attach.SetupNode(n); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		for _, m := range nodes {
+			if m.Name == n.Name {
+				continue
 			}
-			if l.preset.Attach == "routed" {
-				// Calico keeps a blackhole for the node's own block; /32 pod routes are more specific.
-				if err := h.RouteAdd(&netlink.Route{Dst: n.podCIDR, Type: unix.RTN_BLACKHOLE}); err != nil {
-					return fmt.Errorf("blackhole route: %w", err)
-				}
+			if err := l.dp.Overlay.Remote(n, m, l.dp.Preset); err != nil {
+				return fmt.Errorf("node %s: %w", n.Name, err)
 			}
-			var vtep netlink.Link
-			if l.preset.Overlay == "vxlan" {
-				if vtep, err = h.LinkByName(l.preset.VXLANDev); err != nil {
-					return err
-				}
-			}
-			for _, m := range l.nodes {
-				if m == n {
-					continue
-				}
-				if vtep == nil {
-					// Native routing (flannel host-gw, Calico BGP): the remote pod CIDR via the remote node.
-					for _, dst := range m.blocks() {
-						if err := h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Dst: dst, Gw: m.ip}); err != nil {
-							return fmt.Errorf("route %s via %s: %w", dst, m.ip, err)
-						}
-					}
-					continue
-				}
-				if err := l.programRemoteVTEP(h, vtep, m); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("node %s: %w", n.name, err)
-		}
-	}
-	return nil
-}
-
-// addVTEP creates the node's VXLAN device (learning off, as flanneld and Calico create it) with
-// the first address of the node's pod CIDR as its /32.
-func (l *Lab) addVTEP(n *node) error {
-	return withHandle(n.ns, func(h *netlink.Handle) error {
-		eth, err := h.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		vx := &netlink.Vxlan{
-			LinkAttrs:    netlink.LinkAttrs{Name: l.preset.VXLANDev, MTU: l.cfg.MTU - l.preset.Overhead(), HardwareAddr: n.vtepMAC},
-			VxlanId:      l.preset.VNI,
-			VtepDevIndex: eth.Attrs().Index,
-			SrcAddr:      n.ip,
-			Port:         l.preset.VXLANPort,
-			Learning:     false,
-		}
-		if err := h.LinkAdd(vx); err != nil {
-			return err
-		}
-		if err := h.AddrAdd(vx, &netlink.Addr{IPNet: &net.IPNet{IP: n.podCIDR.IP, Mask: net.CIDRMask(32, 32)}}); err != nil {
-			return err
-		}
-		return h.LinkSetUp(vx)
-	})
-}
-
-// programRemoteVTEP writes the three entries flanneld writes for a remote node: a permanent
-// neighbour (remote VTEP IP -> MAC), an FDB entry (MAC -> remote underlay IP) and an onlink
-// route of the remote pod CIDR via the remote VTEP IP.
-func (l *Lab) programRemoteVTEP(h *netlink.Handle, vtep netlink.Link, m *node) error {
-	idx := vtep.Attrs().Index
-	if err := h.NeighSet(&netlink.Neigh{LinkIndex: idx, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
-		IP: m.podCIDR.IP, HardwareAddr: m.vtepMAC}); err != nil {
-		return fmt.Errorf("neighbour %s: %w", m.podCIDR.IP, err)
-	}
-	if err := h.NeighAppend(&netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT,
-		Flags: netlink.NTF_SELF, IP: m.ip, HardwareAddr: m.vtepMAC}); err != nil {
-		return fmt.Errorf("fdb %s -> %s: %w", m.vtepMAC, m.ip, err)
-	}
-	for _, dst := range m.blocks() {
-		if err := h.RouteAdd(&netlink.Route{LinkIndex: idx, Dst: dst, Gw: m.podCIDR.IP, Flags: int(netlink.FLAG_ONLINK)}); err != nil {
-			return fmt.Errorf("route %s via %s: %w", dst, m.podCIDR.IP, err)
 		}
 	}
 	return nil

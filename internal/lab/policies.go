@@ -13,17 +13,13 @@ import (
 	"github.com/cnibench/cnibench/internal/lab/policy"
 )
 
-// PolicyEngines are the lab's NetworkPolicy implementations: kube-router's iptables + ipset
-// layout (applied with iptables-nft) and an nftables one with verdict maps.
-var PolicyEngines = []string{"iptables", "nftables", "none"}
-
 // CreateNetworkPolicies implements cluster.Cluster: the policies (all in the lab's one
 // namespace, named after the prefix) are compiled for every node against the pods of the lab
 // now and applied, one transaction per node and engine. Pods created later are not covered
 // until policies are programmed again.
 func (l *Lab) CreateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error {
-	if l.policy != "iptables" && l.policy != "nftables" {
-		return cluster.Unsupported("dataplane %s enforces no NetworkPolicy (policy %q)", l.preset.Name, l.policy)
+	if err := l.dp.Policy.Usable(); err != nil {
+		return cluster.Unsupported("dataplane %s %v", l.dp.Preset.Name, err)
 	}
 	l.mu.Lock()
 	var added []string
@@ -103,7 +99,7 @@ func (l *Lab) programPolicies() error {
 		nodeOf = append(nodeOf, p.Node)
 	}
 	l.mu.Unlock()
-	if err := l.bridgeNetfilter(); err != nil {
+	if err := l.filtered(); err != nil {
 		return err
 	}
 	var compileMS, renderMS float64
@@ -121,21 +117,10 @@ func (l *Lab) programPolicies() error {
 			return err
 		}
 		t1 := time.Now()
-		var cnt policy.Counts
-		switch l.policy {
-		case "nftables":
-			var input []byte
-			input, cnt = policy.RenderNFTables(prog)
-			t2 := time.Now()
-			err = policy.ApplyNFTables(nsPath(n.ns), input)
-			l.addTimes(&compileMS, &renderMS, t1.Sub(t0), t2.Sub(t1))
-		default:
-			var sets, filter []byte
-			sets, filter, cnt = policy.RenderIPTables(prog)
-			t2 := time.Now()
-			err = policy.ApplyIPTables(nsPath(n.ns), "nft", sets, filter)
-			l.addTimes(&compileMS, &renderMS, t1.Sub(t0), t2.Sub(t1))
-		}
+		r, cnt := l.dp.Policy.Render(prog)
+		t2 := time.Now()
+		err = l.dp.Policy.Apply(nsPath(n.ns), r)
+		l.addTimes(&compileMS, &renderMS, t1.Sub(t0), t2.Sub(t1))
 		if err != nil {
 			return fmt.Errorf("program policies in %s: %w", n.name, err)
 		}

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"github.com/cnibench/cnibench/internal/scenario"
 	"os"
 	"path/filepath"
 	"testing"
@@ -138,7 +139,7 @@ func BenchmarkLab20kPolicies(b *testing.B) {
 					b.Fatal(err)
 				}
 				const n = 10000
-				specs := cluster.SilentPods(n, "s", nil)
+				specs := scenario.SilentPods(n, "s", nil)
 				for j := range specs {
 					specs[j].Labels = map[string]string{"role": "silent", "n": fmt.Sprint(j)}
 				}

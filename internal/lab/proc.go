@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/procs"
 )
 
 // proc is a long-running process in a pod.
@@ -37,17 +37,13 @@ func (p *proc) exited() bool {
 	}
 }
 
+// stopGrace is how long Stop waits after SIGTERM before it kills the process group.
+const stopGrace = 2 * time.Second
+
 // Stop sends SIGTERM to the process group, SIGKILL after 2 s, and waits.
 func (p *proc) Stop() error {
 	p.once.Do(func() {
-		pgid := p.cmd.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(2 * time.Second):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-p.done
-		}
+		procs.Stop(p.cmd.Process.Pid, p.done, stopGrace)
 		p.lab.mu.Lock()
 		delete(p.lab.procs, p)
 		p.lab.mu.Unlock()
@@ -67,8 +63,8 @@ func (l *Lab) Exec(ctx context.Context, podName string, argv []string) (cluster.
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.SysProcAttr = procs.Attr()
+	cmd.Cancel = func() error { return procs.Kill(cmd.Process.Pid) }
 	if err := startInNS(p.ns, cmd); err != nil {
 		return cluster.ExecResult{}, fmt.Errorf("start %s in pod %s: %w", argv[0], podName, err)
 	}
@@ -97,7 +93,7 @@ func (l *Lab) Start(ctx context.Context, podName string, argv []string, ready cl
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own process group so Stop reaches children; die with cnibench if it is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procs.Attr()
 	if err := startInNS(p.ns, cmd); err != nil {
 		return nil, fmt.Errorf("start %s in pod %s: %w", argv[0], podName, err)
 	}
@@ -167,28 +163,6 @@ func HostCPU() (cluster.CPUSample, error) {
 		return cluster.CPUSample{}, err
 	}
 	return cluster.ParseProcStat(b)
-}
-
-// nsPIDs lists the processes (other than this one) whose network namespace is the named one.
-func nsPIDs(name string) []int {
-	ino, err := nsInode(name)
-	if err != nil {
-		return nil
-	}
-	ents, _ := os.ReadDir("/proc")
-	self := os.Getpid()
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil && st.Ino == ino {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // killNSProcs kills every process inside the named namespace (they can only be processes a

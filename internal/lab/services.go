@@ -40,20 +40,6 @@ func (l *Lab) allocClusterIP() (int, bool) {
 	return n, true
 }
 
-// Proxies are the lab's Service implementations: kube-proxy's iptables layout applied with
-// iptables-nft or iptables-legacy, its nftables layout, and its IPVS layout (rendered, run only
-// where the kernel has IPVS).
-var Proxies = []string{"iptables", "iptables-legacy", "nftables", "ipvs", "none"}
-
-// CreateService implements cluster.Cluster.
-func (l *Lab) CreateService(ctx context.Context, spec cluster.ServiceSpec) (cluster.Service, error) {
-	out, err := l.CreateServices(ctx, []cluster.ServiceSpec{spec})
-	if err != nil {
-		return cluster.Service{}, err
-	}
-	return out[0], nil
-}
-
 // CreateServices implements cluster.Cluster: the Services are programmed in every node the
 // way the lab's proxy does it, with one rendering and one apply per node, and are ready when it
 // returns. Endpoints are the pods matching each selector now.
@@ -134,11 +120,6 @@ func selectIPs(byLabel map[string][]*pod, sel map[string]string) []string {
 	return ips
 }
 
-// DeleteService implements cluster.Cluster.
-func (l *Lab) DeleteService(ctx context.Context, name string) error {
-	return l.DeleteServices(ctx, []string{name})
-}
-
 // DeleteServices implements cluster.Cluster: one reprogramming for all of them.
 func (l *Lab) DeleteServices(ctx context.Context, names []string) error {
 	l.mu.Lock()
@@ -159,16 +140,10 @@ func (l *Lab) DeleteServices(ctx context.Context, names []string) error {
 
 // proxyUsable says whether the lab's proxy can program Services here.
 func (l *Lab) proxyUsable() error {
-	switch l.proxy {
-	case "iptables", "iptables-legacy", "nftables":
-		return nil
-	case "ipvs":
-		if ok, why := proxy.IPVSAvailable(); !ok {
-			return cluster.Unsupported("proxy ipvs: %s (the rules are rendered and tested as text only)", why)
-		}
-		return cluster.Unsupported("proxy ipvs: the kernel has IPVS but the lab does not program it yet")
+	if err := l.dp.Proxy.Usable(); err != nil {
+		return cluster.Unsupported("dataplane %s %v", l.dp.Preset.Name, err)
 	}
-	return cluster.Unsupported("dataplane %s has no Service implementation (proxy %q)", l.preset.Name, l.proxy)
+	return nil
 }
 
 // programServices renders every Service of the lab and applies it in every node: one
@@ -194,29 +169,14 @@ func (l *Lab) programServices() error {
 	stale := l.svcChains // what RenderIPTables declares again is not stale
 	l.mu.Unlock()
 	opt := proxy.Options{ClusterCIDR: l.cfg.ClusterCIDR, ServiceCIDR: serviceBase + ".0.0/16", Stale: stale}
-	var input []byte
-	var cnt proxy.Counts
-	if l.proxy == "nftables" {
-		input, cnt = proxy.RenderNFTables(svcs, opt)
-	} else {
-		input, cnt = proxy.RenderIPTables(svcs, opt)
-	}
+	input, cnt := l.dp.Proxy.Render(svcs, opt)
 	rendered := time.Since(start)
-	if err := l.bridgeNetfilter(); err != nil {
+	if err := l.filtered(); err != nil {
 		return err
 	}
 	err := cluster.Parallel(context.Background(), len(l.nodes), len(l.nodes), func(i int) error {
 		n := l.nodes[i]
-		var err error
-		switch l.proxy {
-		case "nftables":
-			err = proxy.ApplyNFTables(nsPath(n.ns), input)
-		case "iptables-legacy":
-			err = proxy.ApplyIPTables(nsPath(n.ns), "legacy", input)
-		default:
-			err = proxy.ApplyIPTables(nsPath(n.ns), "nft", input)
-		}
-		if err != nil {
+		if err := l.dp.Proxy.Apply(nsPath(n.ns), input); err != nil {
 			return fmt.Errorf("program Services in %s: %w", n.name, err)
 		}
 		return nil
@@ -225,9 +185,7 @@ func (l *Lab) programServices() error {
 		return err
 	}
 	l.mu.Lock()
-	if l.proxy != "nftables" {
-		l.svcChains = cnt.Names
-	}
+	l.svcChains = cnt.Names // a rendering that replaces its state whole names none
 	l.mu.Unlock()
 	l.record(map[string]float64{
 		"proxy_services_count": float64(cnt.Services), "proxy_endpoints_count": float64(cnt.Endpoints),
@@ -238,21 +196,20 @@ func (l *Lab) programServices() error {
 	return nil
 }
 
-// bridgeNetfilter makes bridged pod traffic pass the IP hooks in the nodes of bridge presets,
-// once: kube-proxy needs it for replies of DNATed connections between pods on one bridge, and
-// policies must see bridged packets.
-func (l *Lab) bridgeNetfilter() error {
+// filtered readies every node, once, for Services and policies that filter pod traffic (the
+// attach kind knows what that takes: bridged traffic must pass the IP hooks).
+func (l *Lab) filtered() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.preset.Attach != "bridge" || l.brNetfilter {
+	if l.filtering {
 		return nil
 	}
 	for _, n := range l.nodes {
-		if err := writeSysctl(n.ns, "net/bridge/bridge-nf-call-iptables", "1"); err != nil {
+		if err := l.dp.Attach.Filtered(l.view(n)); err != nil {
 			return err
 		}
 	}
-	l.brNetfilter = true
+	l.filtering = true
 	return nil
 }
 

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
+	cnbnetns "github.com/cnibench/cnibench/internal/netns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 )
@@ -81,13 +81,7 @@ func (l *Lab) holderOf(ctx context.Context, n *node) (*holder, error) {
 		_ = deleteNS(ns)
 		return nil, fmt.Errorf("silent-pod holder on %s: %w", n.name, err)
 	}
-	nsh, err := netns.GetFromPath(nsPath(ns))
-	if err != nil {
-		return fail(err)
-	}
-	h.h, err = netlink.NewHandleAt(nsh)
-	nsh.Close()
-	if err != nil {
+	if h.h, err = cnbnetns.Netlink(ns); err != nil {
 		return fail(err)
 	}
 	if h.lo, err = h.h.LinkByName("lo"); err != nil {

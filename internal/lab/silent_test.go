@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"github.com/cnibench/cnibench/internal/scenario"
 	"math/rand"
 	"net"
 	"strings"
@@ -42,7 +43,7 @@ func TestSilentPodsAnswerThroughServices(t *testing.T) {
 				t.Fatal(err)
 			}
 			const n = 300
-			specs, svcs := cluster.ServicesWithEndpoints(n, "s", nil, 8080)
+			specs, svcs := scenario.ServicesWithEndpoints(n, "s", nil, 8080)
 			start := time.Now()
 			pods, err := l.CreatePods(ctx, specs)
 			if err != nil {
@@ -102,7 +103,7 @@ func TestSilentPodsAnswerThroughServices(t *testing.T) {
 // Services took to program (render + apply in every node).
 func scaleServices(b *testing.B, l *Lab, n int) time.Duration {
 	ctx := context.Background()
-	specs, svcs := cluster.ServicesWithEndpoints(n, "s", nil, 8080)
+	specs, svcs := scenario.ServicesWithEndpoints(n, "s", nil, 8080)
 	start := time.Now()
 	if _, err := l.CreatePods(ctx, specs); err != nil {
 		b.Fatal(err)

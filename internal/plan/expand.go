@@ -6,7 +6,8 @@ import (
 	"github.com/cnibench/cnibench/internal/result"
 )
 
-// Expand validates the groups (Validate with each group's own Source) and returns their
+// Expand validates the groups (Validate with each group's own Source; each case passes its
+// scenario's Check) and returns their
 // cases in order: groups in file order, then dataplane > placement > protocol > services >
 // policies > pods > replicas > proxy > policy. Dataplane x placement combinations the
 // scenario's Valid rejects are dropped. A case whose ID an earlier case already has is
@@ -79,6 +80,11 @@ func Expand(groups []Group, cat Catalog, backend string, d Defaults) ([]CaseSpec
 												Replicas:  rep,
 											}
 											cs.ID = cs.WithParts(g.Proxy != nil, g.Policy != nil)
+											if info.Check != nil {
+												if err := info.Check(cs); err != nil {
+													return nil, c.fail("", -1, "case %s: %v", cs.ID, err)
+												}
+											}
 											if j, dup := seen[cs.ID]; dup {
 												if prev := out[j].Case; prev != cs {
 													return nil, conflict(c, prev, cs)

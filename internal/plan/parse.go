@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"github.com/cnibench/cnibench/internal/cluster"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -200,7 +202,7 @@ func (g *Group) setNode(key string, n *yaml.Node) (string, string) {
 func nodeList(n *yaml.Node) ([]*yaml.Node, string, string) {
 	switch n.Kind {
 	case yaml.ScalarNode:
-		parts := ParseList(n.Value)
+		parts := cluster.ParseList(n.Value)
 		if len(parts) == 0 {
 			return nil, "", "empty value (give a value or remove the key)"
 		}
@@ -287,7 +289,7 @@ func FromFlags(values map[string]string) (Group, error) {
 			}
 			*g.intPtr(key) = &v
 		case g.strList(key) != nil:
-			*g.strList(key) = ParseList(s)
+			*g.strList(key) = cluster.ParseList(s)
 		case g.intList(key) != nil:
 			list, err := ParseInts(flag, s)
 			if err != nil {
@@ -299,27 +301,10 @@ func FromFlags(values map[string]string) (Group, error) {
 	return g, nil
 }
 
-// ParseList splits a comma-separated flag value: "tcp, udp" -> [tcp udp]; "" -> nil. Items
-// are trimmed and empty items dropped; one enclosing pair of brackets ("[tcp,udp]", as YAML
-// flow lists and some flag libraries print lists) is removed.
-func ParseList(s string) []string {
-	s = strings.TrimSpace(s)
-	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' {
-		s = s[1 : len(s)-1]
-	}
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // ParseInts parses a comma-separated list of integers ("1,10,100"); "" -> nil. flag names
 // the flag in errors ("services" or "--services"). Ranges are Validate's job.
 func ParseInts(flag, s string) ([]int, error) {
-	parts := ParseList(s)
+	parts := cluster.ParseList(s)
 	if parts == nil {
 		return nil, nil
 	}
@@ -346,7 +331,7 @@ func ParseCPUs(s string) ([2]int, error) {
 
 func parseCPUs(s string) ([2]int, string) {
 	var c [2]int
-	parts := ParseList(s)
+	parts := cluster.ParseList(s)
 	if len(parts) != 2 {
 		return c, fmt.Sprintf("%q: want CLIENT,SERVER (two CPU numbers, e.g. 0,1)", s)
 	}

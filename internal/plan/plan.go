@@ -30,6 +30,7 @@ import (
 	"strings"
 
 	"github.com/cnibench/cnibench/internal/result"
+	"github.com/cnibench/cnibench/internal/scenario"
 )
 
 // Keys are the keys of a case group, in the order they are documented and checked. They are
@@ -40,35 +41,12 @@ var Keys = []string{
 	"repeat", "duration", "warmup", "cpus", "mtu", "nodes",
 }
 
-// Placements are the placements a scenario allows when its ScenarioInfo.Placements is nil.
+// Placements are the placements a scenario allows when its scenario.Info.Placements is nil.
 var Placements = []string{"intra", "inter"}
-
-// ScenarioInfo is what the plan needs to know about one scenario.
-type ScenarioInfo struct {
-	// Dataplanes are the allowed dataplanes; nil means any of Catalog.Dataplanes.
-	Dataplanes []string
-	// DefaultDataplanes are used when a group gives none; empty means all allowed ones.
-	DefaultDataplanes []string
-	// Placements are the allowed placements; nil means the package's Placements. A group
-	// that gives none sweeps all of them (combinations Valid rejects are dropped).
-	Placements []string
-	// Protocols are the allowed protocols; nil means any.
-	Protocols []string
-	// DefaultProtocols are used when a group gives none; empty means all of Protocols.
-	DefaultProtocols []string
-	// Params are the scale and override keys the scenario uses (services, policies, pods,
-	// replicas, proxy, policy); setting another one is an error rather than a case label
-	// that changes nothing.
-	Params []string
-	// Valid reports whether a dataplane x placement combination exists (e.g. baseline
-	// "bare" has only intra). Invalid combinations are silently dropped from the
-	// expansion; a group left with none is an error. nil means all are valid.
-	Valid func(dataplane, placement string) bool
-}
 
 // Catalog describes what this build and host can run.
 type Catalog struct {
-	Scenarios  map[string]ScenarioInfo
+	Scenarios  map[string]scenario.Info     // the plan reads Dataplanes, Placements, Protocols, their defaults, Params, Valid and Check
 	Dataplanes []string                     // lab presets
 	Tools      func(protocol string) string // protocol -> tool name for Case.Tool; nil = ""
 	NumCPU     int                          // CPUs of this host; 0 = unknown (only >= 0 is checked)

@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"github.com/cnibench/cnibench/internal/scenario"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,7 +17,7 @@ var testProtocols = []string{"tcp", "udp", "rr", "crr", "udprr"}
 
 func testCatalog() Catalog {
 	return Catalog{
-		Scenarios: map[string]ScenarioInfo{
+		Scenarios: map[string]scenario.Info{
 			"baseline": {
 				Dataplanes:       []string{"bare", "node2node"},
 				Placements:       []string{"intra", "inter"},
@@ -632,25 +634,6 @@ func TestFromFlags(t *testing.T) {
 	for _, e := range errs {
 		if _, err := FromFlags(e.flags); err == nil || err.Error() != e.want {
 			t.Errorf("FromFlags(%v): got %v, want %q", e.flags, err, e.want)
-		}
-	}
-}
-
-func TestParseList(t *testing.T) {
-	tests := []struct {
-		in   string
-		want []string
-	}{
-		{"", nil},
-		{" , ", nil},
-		{"tcp", []string{"tcp"}},
-		{"tcp, udp", []string{"tcp", "udp"}},
-		{" tcp,,udp ,", []string{"tcp", "udp"}},
-		{"[tcp,udp]", []string{"tcp", "udp"}},
-	}
-	for _, tt := range tests {
-		if got := ParseList(tt.in); !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("ParseList(%q) = %#v, want %#v", tt.in, got, tt.want)
 		}
 	}
 }

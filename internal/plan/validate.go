@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"github.com/cnibench/cnibench/internal/scenario"
+
 	"fmt"
 	"slices"
 	"sort"
@@ -89,14 +91,14 @@ func oneOf(list []string) string {
 	return strings.Join(list, ", ")
 }
 
-func allowedDataplanes(info ScenarioInfo, cat Catalog) []string {
+func allowedDataplanes(info scenario.Info, cat Catalog) []string {
 	if info.Dataplanes != nil {
 		return info.Dataplanes
 	}
 	return cat.Dataplanes
 }
 
-func allowedPlacements(info ScenarioInfo) []string {
+func allowedPlacements(info scenario.Info) []string {
 	if info.Placements != nil {
 		return info.Placements
 	}
@@ -123,7 +125,7 @@ func orInt(v, def []int) []int {
 	return def
 }
 
-func resolveGroup(g *Group, info ScenarioInfo, cat Catalog) resolved {
+func resolveGroup(g *Group, info scenario.Info, cat Catalog) resolved {
 	dps := info.DefaultDataplanes
 	if len(dps) == 0 {
 		dps = allowedDataplanes(info, cat)

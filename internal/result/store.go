@@ -206,24 +206,3 @@ func decodeTrial(b []byte) (Trial, error) {
 	err := json.Unmarshal(b, &t)
 	return t, err
 }
-
-// Completed returns, for each case id, the set of trial numbers recorded for it, for
-// skipping work already done when a run is resumed. Warm-up trials are not included;
-// measured trials are, whatever their status.
-func Completed(trials []Trial) map[string]map[int]bool {
-	done := map[string]map[int]bool{}
-	for _, t := range trials {
-		if t.Warmup {
-			continue
-		}
-		id := t.Case.ID
-		if id == "" {
-			id = t.Case.MakeID()
-		}
-		if done[id] == nil {
-			done[id] = map[int]bool{}
-		}
-		done[id][t.Trial] = true
-	}
-	return done
-}

@@ -22,27 +22,15 @@ import (
 // PlanFile records the expanded cases of a run, so --resume can finish it.
 const PlanFile = "plan.json"
 
-// ClusterKey is what a cluster is built for: consecutive cases with the same key share one.
-type ClusterKey struct {
-	Backend, Dataplane string
-	// Proxy and Policy are the case labels: the Service implementation and policy engine the
-	// lab is built with (empty on a real cluster, which runs its own).
-	Proxy, Policy string
-	MTU, Nodes    int
-}
-
-func keyOf(cs result.CaseSpec) ClusterKey {
-	return ClusterKey{Backend: cs.Case.Backend, Dataplane: cs.Case.Dataplane, Proxy: cs.Case.Proxy, Policy: cs.Case.Policy, MTU: cs.MTU, Nodes: cs.Nodes}
-}
-
 // Options configure a run.
 type Options struct {
 	Dir   string // run directory
 	RunID string
 	// NewCluster builds a cluster for a key. Errors wrapping cluster.ErrUnsupported skip the
 	// key's cases with the reason.
-	NewCluster func(ctx context.Context, k ClusterKey) (cluster.Cluster, error)
-	// Environment is recorded in summary.json; each cluster's Info is added under "dataplanes".
+	NewCluster func(ctx context.Context, k cluster.Key) (cluster.Cluster, error)
+	// Environment is recorded in summary.json; each cluster's facts (Facts.Record) are added
+	// under "dataplanes".
 	Environment map[string]any
 	Progress    *Progress
 }
@@ -82,7 +70,8 @@ func LoadPlan(dir string) (string, []result.CaseSpec, error) {
 const skippedTrial = -1
 
 // done returns, per case id, the trial numbers already measured, or skippedTrial for a case
-// that cannot run here. Failed trials are run again on resume.
+// that cannot run here: what --resume skips. Warm-ups and failed trials do not count (failed
+// trials are run again on resume).
 func done(trials []result.Trial) map[string]map[int]bool {
 	out := map[string]map[int]bool{}
 	for _, t := range trials {
@@ -120,7 +109,7 @@ func Run(ctx context.Context, cases []result.CaseSpec, opt Options) (result.Summ
 	r.prog.Begin(cases, r.done)
 	for i := 0; i < len(cases); {
 		j := i
-		for j < len(cases) && keyOf(cases[j]) == keyOf(cases[i]) {
+		for j < len(cases) && cluster.KeyOf(cases[j]) == cluster.KeyOf(cases[i]) {
 			j++
 		}
 		if err := r.group(ctx, cases[i:j]); err != nil {
@@ -180,7 +169,7 @@ func (r *run) group(ctx context.Context, cases []result.CaseSpec) error {
 	if !pending || ctx.Err() != nil {
 		return nil
 	}
-	k := keyOf(cases[0])
+	k := cluster.KeyOf(cases[0])
 	parts := ""
 	if k.Proxy != "" || k.Policy != "" {
 		parts = fmt.Sprintf(" (proxy %s, policy %s)", k.Proxy, k.Policy)
@@ -201,11 +190,11 @@ func (r *run) group(ctx context.Context, cases []result.CaseSpec) error {
 		return nil
 	}
 	variant := cases[0].Case.Variant()
-	r.dataplanes[variant] = cl.Info()
+	r.dataplanes[variant] = cl.Facts().Record()
 	r.prog.Log("cluster ready in %.1f s", time.Since(start).Seconds())
 	defer func() {
 		// Again at the end: a backend may learn facts while it runs (the kube pod MTU).
-		r.dataplanes[variant] = cl.Info()
+		r.dataplanes[variant] = cl.Facts().Record()
 		if err := cl.Close(context.Background()); err != nil {
 			r.prog.Log("teardown %s: %v", k.Dataplane, err)
 		}

@@ -2,114 +2,17 @@ package runner
 
 import (
 	"context"
-	networkingv1 "k8s.io/api/networking/v1"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/cluster/clustertest"
 	"github.com/cnibench/cnibench/internal/result"
 )
-
-// fakeCluster answers every command with real tool output recorded under the driver's
-// testdata, so the runner is tested end to end without root.
-type fakeCluster struct {
-	mu       sync.Mutex
-	execs    int
-	failNext int // number of Exec calls to fail with a tool error
-	closed   bool
-	cpu      uint64
-	pods     map[string]cluster.Pod
-}
-
-type fakeProc struct{}
-
-func (fakeProc) Stop() error    { return nil }
-func (fakeProc) Output() []byte { return nil }
-
-func newFake() *fakeCluster { return &fakeCluster{pods: map[string]cluster.Pod{}} }
-
-func (f *fakeCluster) Backend() string { return "lab" }
-func (f *fakeCluster) Nodes(context.Context) ([]cluster.Node, error) {
-	return []cluster.Node{{Name: "node0", IP: "172.30.0.10"}, {Name: "node1", IP: "172.30.0.11"}}, nil
-}
-func (f *fakeCluster) CreatePod(_ context.Context, s cluster.PodSpec) (cluster.Pod, error) {
-	p := cluster.Pod{Name: s.Name, Node: s.Node, IP: "10.244.0.2"}
-	f.mu.Lock()
-	f.pods[s.Name] = p
-	f.mu.Unlock()
-	return p, nil
-}
-func (f *fakeCluster) DeletePod(_ context.Context, n string) error {
-	f.mu.Lock()
-	delete(f.pods, n)
-	f.mu.Unlock()
-	return nil
-}
-func (f *fakeCluster) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
-	var out []cluster.Pod
-	for _, s := range specs {
-		p, _ := f.CreatePod(ctx, s)
-		out = append(out, p)
-	}
-	return out, nil
-}
-func (f *fakeCluster) DeletePods(ctx context.Context, names []string) error {
-	for _, n := range names {
-		_ = f.DeletePod(ctx, n)
-	}
-	return nil
-}
-func (f *fakeCluster) CreateService(context.Context, cluster.ServiceSpec) (cluster.Service, error) {
-	return cluster.Service{}, cluster.Unsupported("no Services here")
-}
-func (f *fakeCluster) DeleteService(context.Context, string) error { return nil }
-func (f *fakeCluster) CreateServices(context.Context, []cluster.ServiceSpec) ([]cluster.Service, error) {
-	return nil, cluster.Unsupported("no Services here")
-}
-func (f *fakeCluster) DeleteServices(context.Context, []string) error { return nil }
-func (f *fakeCluster) CreateNetworkPolicies(context.Context, []networkingv1.NetworkPolicy) error {
-	return cluster.Unsupported("no policies here")
-}
-func (f *fakeCluster) DeleteNetworkPolicies(context.Context, []string) error { return nil }
-func (f *fakeCluster) Programmed(context.Context) map[string]float64         { return nil }
-func (f *fakeCluster) BarePair(context.Context, string, string) (cluster.Pod, cluster.Pod, error) {
-	return cluster.Pod{}, cluster.Pod{}, cluster.Unsupported("no bare pairs here")
-}
-func (f *fakeCluster) Exec(_ context.Context, _ string, argv []string) (cluster.ExecResult, error) {
-	f.mu.Lock()
-	f.execs++
-	fail := f.failNext > 0
-	if fail {
-		f.failNext--
-	}
-	f.mu.Unlock()
-	file := "iperf3_tcp.json"
-	switch {
-	case fail:
-		file = "iperf3_refused.json"
-	case strings.Contains(strings.Join(argv, " "), "TCP_RR"):
-		file = "netperf_tcp_rr.txt"
-	}
-	b, err := os.ReadFile(filepath.Join("..", "driver", "testdata", file))
-	return cluster.ExecResult{Stdout: b}, err
-}
-func (f *fakeCluster) Start(context.Context, string, []string, cluster.Ready) (cluster.Process, error) {
-	return fakeProc{}, nil
-}
-func (f *fakeCluster) NodeCPU(context.Context, string) (cluster.CPUSample, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cpu += 100
-	return cluster.CPUSample{User: f.cpu, Idle: f.cpu}, nil
-}
-func (f *fakeCluster) Info() map[string]any { return map[string]any{"pod_mtu": 1500} }
-func (f *fakeCluster) Close(context.Context) error {
-	f.closed = true
-	return nil
-}
 
 func spec(scenario, dp, pl, proto string, repeat int) result.CaseSpec {
 	c := result.Case{Scenario: scenario, Backend: "lab", Dataplane: dp, Placement: pl, Protocol: proto, Replicas: 1}
@@ -119,15 +22,16 @@ func spec(scenario, dp, pl, proto string, repeat int) result.CaseSpec {
 
 func TestRunRecordsResumesAndSkips(t *testing.T) {
 	dir := t.TempDir()
-	fc := newFake()
-	fc.failNext = 2 // the warm-up and trial 1 of the first case fail
+	// Answers every command with real tool output recorded under the driver's testdata, so
+	// the runner is tested end to end without root.
+	fc := clustertest.New(clustertest.Config{Fail: clustertest.Failures{ToolRuns: 2}}) // the warm-up and trial 1 of the first case fail
 	cases := []result.CaseSpec{
 		spec("p2p", "flannel", "inter", "tcp", 3),
 		spec("p2p", "flannel", "intra", "rr", 3),
-		spec("baseline", "bare", "intra", "tcp", 3), // BarePair unsupported: skipped
+		spec("baseline", "bare", "intra", "tcp", 3), // no bare pairs on the fake: skipped
 	}
 	var built int
-	opt := Options{Dir: dir, RunID: "t1", NewCluster: func(context.Context, ClusterKey) (cluster.Cluster, error) {
+	opt := Options{Dir: dir, RunID: "t1", NewCluster: func(context.Context, cluster.Key) (cluster.Cluster, error) {
 		built++
 		return fc, nil
 	}}
@@ -138,9 +42,10 @@ func TestRunRecordsResumesAndSkips(t *testing.T) {
 	if built != 2 {
 		t.Errorf("clusters built: %d, want 2 (one per dataplane)", built)
 	}
-	if !fc.closed {
+	if fc.Closed() == 0 {
 		t.Error("cluster not closed")
 	}
+	fc.AssertEmpty(t) // every case's fixture deleted what it created
 	st := map[string]result.CaseResult{}
 	for _, r := range sum.Results {
 		st[r.Case.ID] = r
@@ -152,7 +57,7 @@ func TestRunRecordsResumesAndSkips(t *testing.T) {
 	if r := st["p2p/flannel/intra/rr"]; r.Status != "ok" || r.Metrics["transactions_per_s"].N != 3 {
 		t.Errorf("rr: %+v", r)
 	}
-	if r := st["baseline/bare/intra/tcp"]; r.Status != "skipped" || !strings.Contains(r.Reason, "no bare pairs") {
+	if r := st["baseline/bare/intra/tcp"]; r.Status != "skipped" || !strings.Contains(r.Reason, "which backend fake cannot make") {
 		t.Errorf("bare: %+v", r)
 	}
 	trials, err := result.LoadTrials(dir)
@@ -176,12 +81,12 @@ func TestRunRecordsResumesAndSkips(t *testing.T) {
 	}
 
 	// Resume: only the failed trial 1 of the tcp case runs again (plus its warm-up).
-	execs := fc.execs
+	execs := len(fc.Execs())
 	sum, err = Run(context.Background(), cases, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fc.execs - execs; got != 2 {
+	if got := len(fc.Execs()) - execs; got != 2 {
 		t.Errorf("resume ran %d commands, want 2 (warm-up + the failed trial)", got)
 	}
 	for _, r := range sum.Results {
@@ -190,12 +95,12 @@ func TestRunRecordsResumesAndSkips(t *testing.T) {
 		}
 	}
 	// A third run has nothing left to do and builds no cluster.
-	built, execs = 0, fc.execs
+	built, execs = 0, len(fc.Execs())
 	if _, err := Run(context.Background(), cases, opt); err != nil {
 		t.Fatal(err)
 	}
-	if built != 0 || fc.execs != execs {
-		t.Errorf("complete run rebuilt %d clusters, ran %d commands", built, fc.execs-execs)
+	if built != 0 || len(fc.Execs()) != execs {
+		t.Errorf("complete run rebuilt %d clusters, ran %d commands", built, len(fc.Execs())-execs)
 	}
 }
 
@@ -204,7 +109,9 @@ func TestRunCancelledRecordsNothingPartial(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := Run(ctx, []result.CaseSpec{spec("p2p", "flannel", "inter", "tcp", 2)}, Options{Dir: dir, RunID: "t2",
-		NewCluster: func(context.Context, ClusterKey) (cluster.Cluster, error) { return newFake(), nil }})
+		NewCluster: func(context.Context, cluster.Key) (cluster.Cluster, error) {
+			return clustertest.New(clustertest.Config{}), nil
+		}})
 	if err == nil {
 		t.Fatal("cancelled run returned no error")
 	}
@@ -226,5 +133,63 @@ func TestPlanRoundTrip(t *testing.T) {
 	}
 	if _, _, err := LoadPlan(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not a cnibench run directory") {
 		t.Errorf("missing plan: %v", err)
+	}
+}
+
+// The environment records each cluster's facts under "dataplanes", keyed by the case's
+// variant, as Facts.Record gives them.
+func TestRunRecordsClusterFacts(t *testing.T) {
+	dir := t.TempDir()
+	facts := cluster.Facts{Backend: "lab", Dataplane: "flannel", PodMTU: 1450, Details: map[string]any{"overlay": "vxlan"}}
+	_, err := Run(context.Background(), []result.CaseSpec{spec("p2p", "flannel", "intra", "rr", 1)}, Options{Dir: dir, RunID: "t3",
+		NewCluster: func(context.Context, cluster.Key) (cluster.Cluster, error) {
+			return clustertest.New(clustertest.Config{Facts: facts}), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Environment struct {
+			Dataplanes map[string]map[string]any `json:"dataplanes"`
+		} `json:"environment"`
+	}
+	if err := json.Unmarshal(b, &sum); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"backend": "lab", "dataplane": "flannel", "pod_mtu": float64(1450), "overlay": "vxlan"}
+	if got := sum.Environment.Dataplanes["flannel"]; !reflect.DeepEqual(got, want) {
+		t.Errorf("environment dataplanes[flannel] = %v, want %v", got, want)
+	}
+}
+
+// done counts measured trials only: warm-ups and failed trials are not done (resume runs them
+// again), a trial recorded twice counts once, and a skipped case is marked as a whole.
+func TestDone(t *testing.T) {
+	trial := func(id string, n int, status string) result.Trial {
+		return result.Trial{Case: result.Case{ID: id}, Trial: n, Status: status, Metrics: map[string]float64{"x": 1}}
+	}
+	warm := trial("a", 0, "ok")
+	warm.Warmup = true
+	failed := trial("b", 2, "failed")
+	failed.Error = "timeout"
+	legacyFailed := trial("b", 3, "") // written before Status existed: an error means failed
+	legacyFailed.Error = "timeout"
+	trials := []result.Trial{warm, trial("a", 1, "ok"), trial("a", 2, "ok"), trial("a", 2, "ok"), failed, legacyFailed,
+		trial("b", 1, ""), trial("c", 0, "skipped")}
+	got := done(trials)
+	want := map[string]map[int]bool{
+		"a": {1: true, 2: true},
+		"b": {1: true},
+		"c": {skippedTrial: true},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("done = %v, want %v", got, want)
+	}
+	if got := done(nil); len(got) != 0 {
+		t.Errorf("done(nil) = %v", got)
 	}
 }

@@ -33,7 +33,11 @@ func (baseline) Info() Info {
 func (baseline) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Options) (Fixture, error) {
 	switch c.Dataplane {
 	case "bare":
-		client, server, err := cl.BarePair(ctx, "client", "server")
+		bp, ok := cl.(cluster.BarePairer)
+		if !ok {
+			return nil, cluster.Unsupported("baseline bare needs two namespaces joined by one veth pair, which backend %s cannot make", cl.Facts().Backend)
+		}
+		client, server, err := bp.BarePair(ctx, "client", "server")
 		if err != nil {
 			return nil, err
 		}

@@ -37,7 +37,7 @@ func (p2p) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 	// c.Pods silent pods, beside the client and the server, only load the data plane (seed
 	// 001's silent pods; the kube backend may put them on kwok fake nodes).
 	if n := c.Pods; n > 0 {
-		silent, err := cl.CreatePods(ctx, cluster.SilentPods(n, "silent", map[string]string{"app": "cnibench", "role": "silent"}))
+		silent, err := cl.CreatePods(ctx, SilentPods(n, "silent", map[string]string{"app": "cnibench", "role": "silent"}))
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("%d silent pods: %w", n, err), cl.DeletePods(context.WithoutCancel(ctx), pods))
 		}

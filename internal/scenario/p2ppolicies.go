@@ -108,13 +108,13 @@ func (p2pPolicies) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 		}
 	}()
 	// The pod no policy admits, on the client's node.
-	outsider, err := cl.CreatePod(ctx, cluster.PodSpec{Name: "outsider", Node: client.Node, Labels: map[string]string{"app": "cnibench", "role": "outsider"}})
+	outsider, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: "outsider", Node: client.Node, Labels: map[string]string{"app": "cnibench", "role": "outsider"}})
 	if err != nil {
 		return nil, err
 	}
 	pods = append(pods, outsider.Name)
 	if c.Pods > 0 {
-		specs := cluster.SilentPods(c.Pods, "silent", nil)
+		specs := SilentPods(c.Pods, "silent", nil)
 		for i := range specs {
 			specs[i].Labels = map[string]string{"app": "cnibench", "role": "silent", silentLabel: strconv.Itoa(i)}
 		}

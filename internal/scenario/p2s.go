@@ -43,7 +43,7 @@ func extraServices(ctx context.Context, cl cluster.Cluster, n int) (pods, servic
 	if n <= 0 {
 		return nil, nil, 0, nil
 	}
-	specs, svcs := cluster.ServicesWithEndpoints(n, "extra", map[string]string{"app": "cnibench", "role": "extra"}, extraPort)
+	specs, svcs := ServicesWithEndpoints(n, "extra", map[string]string{"app": "cnibench", "role": "extra"}, extraPort)
 	made, err := cl.CreatePods(ctx, specs)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("%d endpoint pods of extra Services: %w", n, err)
@@ -94,7 +94,7 @@ func (p2s) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 	}
 	pods = append(pods, extraPods...)
 	start := time.Now()
-	svc, err := cl.CreateService(ctx, cluster.ServiceSpec{Name: "server", Selector: server.Labels, Ports: servicePorts(drv.Name())})
+	svc, err := cluster.CreateService(ctx, cl, cluster.ServiceSpec{Name: "server", Selector: server.Labels, Ports: servicePorts(drv.Name())})
 	if err != nil {
 		return nil, errors.Join(err, cl.DeleteServices(context.WithoutCancel(ctx), extras), cl.DeletePods(context.WithoutCancel(ctx), pods))
 	}

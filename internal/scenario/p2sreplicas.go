@@ -2,8 +2,6 @@ package scenario
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/driver"
+	"github.com/cnibench/cnibench/internal/names"
 	"github.com/cnibench/cnibench/internal/result"
 )
 
@@ -53,18 +52,13 @@ const (
 
 // replicasFixture is a client pod, nginx replicas and the Services of one case.
 type replicasFixture struct {
-	cl       cluster.Cluster
-	client   cluster.Pod
+	trialFrame
 	replicas []cluster.Pod
 	dirs     []string // each replica's nginx directory ("" = not prepared)
 	procs    []cluster.Process
 	vip      string
-	cpus     [2]int
 	pods     []string // to delete on Close
 	services []string // to delete on Close
-	// setup are figures of the case's setup (Service programming time, what the data plane
-	// holds), added to every trial's metrics as in pairFixture.
-	setup map[string]float64
 }
 
 func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Options) (_ Fixture, err error) {
@@ -82,11 +76,9 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 		return nil, cluster.Unsupported("p2s-replicas needs 2 nodes, cluster has %d", len(nodes))
 	}
 	n := max(c.Replicas, 1)
-	token, err := randomToken()
-	if err != nil {
-		return nil, err
-	}
-	f := &replicasFixture{cl: cl, cpus: opt.CPUs}
+	// Lab pods share the host's file system: the token keeps this fixture's directories apart.
+	token := names.Random(names.Lower, 8)
+	f := &replicasFixture{trialFrame: trialFrame{cl: cl, clientCPU: opt.CPUs[0]}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, f.Close(context.WithoutCancel(ctx)))
@@ -113,7 +105,6 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 	f.dirs, f.procs = make([]string, n), make([]cluster.Process, n)
 	err = cluster.Parallel(ctx, n, replicaWorkers, func(i int) error {
 		pod := f.replicas[i]
-		// Lab pods share the host's file system: the run token keeps directories apart.
 		dir := fmt.Sprintf("/tmp/cnibench-http-%s-%s", token, pod.Name)
 		f.dirs[i] = dir
 		res, err := cl.Exec(ctx, pod.Name, driver.NginxSetupCommand(dir, driver.HTTPPort, pod.Name))
@@ -139,30 +130,21 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 		return nil, err
 	}
 	start := time.Now()
-	svcs, err := cl.CreateServices(ctx, []cluster.ServiceSpec{{Name: "web", Selector: replicaLabels(),
-		Ports: []cluster.ServicePort{{Name: "http", Port: replicasServicePort, TargetPort: driver.HTTPPort, Protocol: "tcp"}}}})
+	svc, err := cluster.CreateService(ctx, cl, cluster.ServiceSpec{Name: "web", Selector: replicaLabels(),
+		Ports: []cluster.ServicePort{{Name: "http", Port: replicasServicePort, TargetPort: driver.HTTPPort, Protocol: "tcp"}}})
 	if err != nil {
 		return nil, err
 	}
 	svcMS := float64(time.Since(start).Microseconds()) / 1000
-	f.services = append(f.services, svcs[0].Name)
-	f.vip = svcs[0].ClusterIP
+	f.services = append(f.services, svc.Name)
+	f.vip = svc.ClusterIP
 	f.setup = setupMetrics(ctx, cl, map[string]float64{"services_program_ms": extraMS + svcMS, "service_program_ms": svcMS,
-		"service_endpoints": float64(len(svcs[0].Endpoints))})
+		"service_endpoints": float64(len(svc.Endpoints))})
 	return f, nil
 }
 
 func replicaLabels() map[string]string {
 	return map[string]string{"app": "cnibench", "role": "replica"}
-}
-
-// randomToken names this fixture's replica directories.
-func randomToken() (string, error) {
-	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
 }
 
 // Trial fetches the file driver.HTTPRequests(durationS) times (at least 100; 20 per second
@@ -171,47 +153,23 @@ func randomToken() (string, error) {
 // everyReplicaFactor requests per replica, when a replica served none.
 func (f *replicasFixture) Trial(ctx context.Context, durationS int) (Measurement, error) {
 	n := driver.HTTPRequests(durationS)
-	argv := pin(f.cpus[0], driver.CurlCommand(f.vip, replicasServicePort, n))
 	// curl bounds each request (connect 5 s, whole transfer 60 s); this bounds the run at a
 	// generous 5 s per request.
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(n)*5*time.Second)
-	defer cancel()
-	before, cpuErr := f.cl.NodeCPU(ctx, f.client.Node)
-	res, err := f.cl.Exec(tctx, f.client.Name, argv)
-	after, cpuErr2 := f.cl.NodeCPU(ctx, f.client.Node)
-	if err != nil {
-		return Measurement{Raw: res.Stdout}, fmt.Errorf("curl: %w", err)
-	}
-	raw := res.Stdout
-	fetches, err := driver.ParseCurl(res.Stdout)
-	if err != nil {
-		if msg := strings.TrimSpace(string(res.Stderr)); msg != "" {
-			err = fmt.Errorf("%w (stderr: %s)", err, excerptLines(msg, 5))
-		}
-		return Measurement{Raw: append(res.Stdout, res.Stderr...)}, err
-	}
-	if res.ExitCode != 0 {
-		return Measurement{Raw: raw}, fmt.Errorf("curl exited %d: %s", res.ExitCode, excerptLines(strings.TrimSpace(string(res.Stderr)), 5))
-	}
-	if len(fetches) != n {
-		return Measurement{Raw: raw}, fmt.Errorf("curl reported %d of %d requests", len(fetches), n)
-	}
-	m, counts := driver.HTTPStats(fetches)
-	names := make([]string, len(f.replicas))
-	for i, p := range f.replicas {
-		names[i] = p.Name
-	}
-	lo, hi, err := checkServed(counts, names, n)
-	m["replica_requests_min"], m["replica_requests_max"] = float64(lo), float64(hi)
-	if cpuErr == nil && cpuErr2 == nil {
-		busy, sirq := cluster.Busy(before, after)
-		m["cpu_node_busy_pct"], m["cpu_node_softirq_pct"] = busy, sirq
-		m["cpu_node_steal_pct"] = cluster.StealPct(before, after)
-	}
-	for k, v := range f.setup {
-		m[k] = v
-	}
-	return Measurement{Metrics: m, Raw: raw}, err
+	timeout := 30*time.Second + time.Duration(n)*5*time.Second
+	return measure(ctx, &f.trialFrame, "curl", driver.CurlCommand(f.vip, replicasServicePort, n), timeout, driver.ParseCurl,
+		func(fetches []driver.Fetch) (map[string]float64, error) {
+			if len(fetches) != n {
+				return nil, fmt.Errorf("curl reported %d of %d requests", len(fetches), n)
+			}
+			m, counts := driver.HTTPStats(fetches)
+			replicas := make([]string, len(f.replicas))
+			for i, p := range f.replicas {
+				replicas[i] = p.Name
+			}
+			lo, hi, err := checkServed(counts, replicas, n)
+			m["replica_requests_min"], m["replica_requests_max"] = float64(lo), float64(hi)
+			return m, err
+		})
 }
 
 // checkServed returns the fewest and the most requests a replica served (replicas that served
@@ -255,15 +213,6 @@ func excerptList(names []string, limit int) string {
 		return strings.Join(names, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:limit], ", "), len(names)-limit)
-}
-
-// excerptLines keeps the first n lines of s (curl prints one error line per failed request).
-func excerptLines(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) <= n {
-		return s
-	}
-	return fmt.Sprintf("%s (and %d more lines)", strings.Join(lines[:n], "; "), len(lines)-n)
 }
 
 // Close stops nginx, removes the replicas' directories, and deletes the Services and pods.

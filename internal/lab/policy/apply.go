@@ -77,22 +77,11 @@ func ApplyIPTables(nsPath string, backend string, ipset, filter []byte) error {
 	return destroySets(nsPath, staleSets)
 }
 
-// ClearIPTables removes everything ApplyIPTables installed with that backend in the namespace:
-// the FORWARD hook, the engine's chains and the sets they used. Idempotent.
-func ClearIPTables(nsPath string, backend string) error {
-	return ApplyIPTables(nsPath, backend, nil, nil)
-}
-
 // ApplyNFTables installs a RenderNFTables rendering in the network namespace at nsPath: one
 // nft -f transaction, which replaces the engine's table whole.
 func ApplyNFTables(nsPath string, input []byte) error {
 	_, err := output(nsPath, "nft", []string{"-f", "-"}, input)
 	return err
-}
-
-// ClearNFTables removes the engine's table from the namespace. Idempotent.
-func ClearNFTables(nsPath string) error {
-	return ApplyNFTables(nsPath, []byte(fmt.Sprintf("table ip %s\ndelete table ip %s\n", NFTablesTable, NFTablesTable)))
 }
 
 // savedTable is iptables-save output of the filter table, with what an earlier rendering

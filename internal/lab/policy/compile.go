@@ -48,9 +48,10 @@ const (
 // Selectors are resolved over every pod of the cluster; only local pods get a PodFirewall,
 // and only the PolicyChains some local pod refers to are included (with the sets they use). A
 // Program compiled with every pod Local, evaluated with Program.Allows, decides every flow as
-// Reference does; the property test checks it. The semantics chosen where the documentation
-// is silent are Reference's (reference.go): ipBlocks match pod addresses too, a pod may always
-// talk to itself, node traffic is not modelled.
+// Reference does; the property test checks it (both live beside the tests: eval_test.go and
+// oracle_test.go). The semantics chosen where the documentation is silent are Reference's:
+// ipBlocks match pod addresses too, a pod may always talk to itself, node traffic is not
+// modelled.
 //
 // Resolution details:
 //   - a rule's selector peers (podSelector, namespaceSelector, both) are merged into one

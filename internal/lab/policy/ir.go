@@ -8,9 +8,11 @@
 //     per-policy chains, ipsets for selectors), one ipset restore and one iptables-restore;
 //   - nftables (sets and verdict maps: the pod dispatch is one map lookup), one nft transaction.
 //
-// Reference (reference.go) is an independent evaluation of the NetworkPolicy specification,
-// written straight from the Kubernetes documentation; the property test checks that a
-// compiled Program decides every flow the way Reference does.
+// The package's tests hold two oracles: Reference (oracle_test.go), an independent evaluation
+// of the NetworkPolicy specification written straight from the Kubernetes documentation, and
+// Program.Allows (eval_test.go), a model of what the kernel decides with a Program loaded;
+// the property test checks that a compiled Program decides every flow the way Reference does.
+// Program.Validate (eval_test.go) checks that a Program is well formed.
 package policy
 
 // Pod is a pod as the policy engine sees it.

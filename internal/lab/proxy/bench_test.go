@@ -53,9 +53,6 @@ type benchEngine struct {
 	render func([]Service, Options) ([]byte, Counts)
 	apply  func(ns string, in []byte) error
 	chains func(ns string) (int, error)
-	// update, if set, programs the +1 Service from the previous state instead of rendering
-	// everything again.
-	update func(prev, next []Service, opt Options) ([]byte, Counts)
 }
 
 func iptablesChains(backend IPTablesBackend) func(string) (int, error) {
@@ -71,17 +68,15 @@ func nftChainCount(ns string) (int, error) {
 }
 
 var benchEngines = []benchEngine{
-	{"iptables-nft", RenderIPTables, func(ns string, in []byte) error { return ApplyIPTables(ns, "nft", in) }, iptablesChains("nft"), nil},
-	{"iptables-legacy", RenderIPTables, func(ns string, in []byte) error { return ApplyIPTables(ns, "legacy", in) }, iptablesChains("legacy"), nil},
-	{"nftables", RenderNFTables, ApplyNFTables, nftChainCount, nil},
-	{"nftables-incremental", RenderNFTables, ApplyNFTables, nftChainCount, RenderNFTablesUpdate},
+	{"iptables-nft", RenderIPTables, func(ns string, in []byte) error { return ApplyIPTables(ns, "nft", in) }, iptablesChains("nft")},
+	{"iptables-legacy", RenderIPTables, func(ns string, in []byte) error { return ApplyIPTables(ns, "legacy", in) }, iptablesChains("legacy")},
+	{"nftables", RenderNFTables, ApplyNFTables, nftChainCount},
 }
 
 // BenchmarkProgram10kServices renders 10,000 Services with one endpoint each and applies them
 // into a fresh namespace, for kube-proxy's iptables layout (iptables-nft and iptables-legacy,
 // one iptables-restore --noflush) and its nftables layout (one nft -f transaction); then adds
-// one Service and programs all 10,001 again, as the lab does on every change (and, for
-// nftables-incremental, only the difference, as kube-proxy's partial syncs do). Reported per
+// one Service and programs all 10,001 again, as the lab does on every change. Reported per
 // iteration: render_s, apply_s, and update_render_s + update_apply_s for the +1 Service, plus
 // what was installed (checked in the namespace after the update). Each iteration is seconds:
 //
@@ -120,9 +115,6 @@ func benchProgram(b *testing.B, e benchEngine, opt Options) {
 		o := opt
 		o.Stale = c.Names // what the lab passes: the chains it installed last time
 		in2, c2 := e.render(svcs, o)
-		if e.update != nil {
-			in2, c2 = e.update(svcs[:benchServices], svcs, opt)
-		}
 		t3 := time.Now()
 		if err := e.apply(ns, in2); err != nil {
 			b.Fatal(err)

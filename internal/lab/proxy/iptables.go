@@ -2,7 +2,7 @@
 //   - iptables mode (RenderIPTables, ApplyIPTables): KUBE-SERVICES -> KUBE-SVC-<hash> ->
 //     KUBE-SEP-<hash>, statistic-mode random per endpoint, masquerade marking for hairpin and
 //     off-cluster sources, as one iptables-restore input so that 10,000 Services are one call;
-//   - nftables mode (RenderNFTables, RenderNFTablesUpdate, ApplyNFTables): table ip kube-proxy,
+//   - nftables mode (RenderNFTables, ApplyNFTables): table ip kube-proxy,
 //     the service-ips verdict map, service-/endpoint- chains with numgen load balancing, as one
 //     nft transaction;
 //   - IPVS mode (RenderIPVS): ipvsadm, ipset and address text only, since the lab's kernel has

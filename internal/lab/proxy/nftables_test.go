@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -273,125 +272,9 @@ func TestApplyNFTablesReplaces(t *testing.T) {
 	}
 }
 
-// nftUpdateServices is nftTestServices changed: server gone, dns's endpoint moved, a new
-// Service added, empty unchanged.
-func nftUpdateServices() []Service {
-	svcs := nftTestServices()
-	dns := svcs[1]
-	dns.Endpoints = []Endpoint{{"10.244.0.9", 5353}}
-	added := Service{Namespace: "cnb", Name: "new", ClusterIP: "10.96.0.13", Port: 443, Protocol: "tcp",
-		Endpoints: []Endpoint{{"10.244.1.4", 8443}, {"10.244.0.4", 8443}}}
-	return []Service{dns, svcs[2], added}
-}
-
-func TestRenderNFTablesUpdate(t *testing.T) {
-	prev, next := nftTestServices(), nftUpdateServices()
-	opt := Options{ClusterCIDR: "10.244.0.0/16"}
-	out, cnt := RenderNFTablesUpdate(prev, next, opt)
-	s := string(out)
-	_, full := RenderNFTables(next, opt)
-	if cnt.Chains != full.Chains || cnt.Rules != full.Rules || cnt.Elements != full.Elements || cnt.Services != 3 {
-		t.Errorf("update counts %+v, want those of the full rendering %+v", cnt, full)
-	}
-	server, dns, added := prev[0], prev[1], next[2]
-	ep := func(s Service, ip string, port int) string { return s.NFTEndpointChain(Endpoint{ip, port}) }
-	want := []string{
-		// Elements that go away first, so that their chains can go.
-		"delete element ip kube-proxy cluster-ips { 10.96.0.10 }\n",
-		"delete element ip kube-proxy service-ips { 10.96.0.10 . tcp . 5201 }\n",
-		// Changed chains are flushed, then those that go away (in the previous order).
-		"flush chain ip kube-proxy " + dns.NFTServiceChain() + "\n",
-		"flush chain ip kube-proxy " + ep(dns, "10.244.0.8", 5353) + "\n",
-		"flush chain ip kube-proxy " + server.NFTServiceChain() + "\n",
-		"flush chain ip kube-proxy " + ep(server, "10.244.0.7", 5201) + "\n",
-		"delete chain ip kube-proxy " + ep(dns, "10.244.0.8", 5353) + "\n",
-		"delete chain ip kube-proxy " + server.NFTServiceChain() + "\n",
-		"delete chain ip kube-proxy " + ep(server, "10.244.1.9", 5201) + "\n",
-		"add chain ip kube-proxy " + ep(dns, "10.244.0.9", 5353) + "\n",
-		"add chain ip kube-proxy " + added.NFTServiceChain() + "\n",
-		"add chain ip kube-proxy " + ep(added, "10.244.0.4", 8443) + "\n",
-		"add rule ip kube-proxy " + dns.NFTServiceChain() + " goto " + ep(dns, "10.244.0.9", 5353) + "\n",
-		"add rule ip kube-proxy " + added.NFTServiceChain() + " numgen random mod 2 vmap { 0 : goto " + ep(added, "10.244.0.4", 8443) + ", 1 : goto " + ep(added, "10.244.1.4", 8443) + " }\n",
-		"add element ip kube-proxy cluster-ips { 10.96.0.13 }\n",
-		"add element ip kube-proxy service-ips { 10.96.0.13 . tcp . 443 : goto " + added.NFTServiceChain() + " }\n",
-	}
-	last := -1
-	for _, w := range want {
-		i := strings.Index(s, w)
-		if i < 0 {
-			t.Errorf("missing %q", w)
-			continue
-		}
-		if i < last {
-			t.Errorf("out of order: %q", w)
-		}
-		last = i
-	}
-	for _, unwanted := range []string{"delete table", "10.96.0.11", "nat-prerouting", "mark-for-masquerade mark", "add map", "add set"} {
-		if strings.Contains(s, unwanted) {
-			t.Errorf("the update touches %q:\n%s", unwanted, s)
-		}
-	}
-	if same, _ := RenderNFTablesUpdate(next, next, opt); len(same) != 0 {
-		t.Errorf("no change, yet:\n%s", same)
-	}
-	if first, _ := RenderNFTablesUpdate(nil, next, opt); !strings.HasPrefix(string(first), "add table") {
-		t.Error("without a previous state the update is not the full rendering")
-	}
-}
-
-// nftState is the installed table as a sorted list of lines, set elements one per line, for
-// comparing rulesets whatever order they were built in.
-func nftState(t *testing.T, nsPath string) []string {
-	t.Helper()
-	out, err := exec.Command("nsenter", "--net="+nsPath, "nft", "list", "table", "ip", NFTable).CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft list table: %v: %s", err, out)
-	}
-	var lines []string
-	for _, l := range strings.Split(string(out), "\n") {
-		l = strings.Trim(strings.TrimSpace(l), "{},= ")
-		l = strings.TrimPrefix(l, "elements")
-		for _, part := range strings.Split(l, ",") {
-			if part = strings.Trim(strings.TrimSpace(part), "{}= "); part != "" {
-				lines = append(lines, part)
-			}
-		}
-	}
-	slices.Sort(lines)
-	return lines
-}
-
-// An update applied on top of the previous ruleset gives the same ruleset as the full
-// rendering of the new state.
-func TestApplyNFTablesUpdate(t *testing.T) {
-	a, b := scratchNS(t), scratchNS(t)
-	prev, next := nftTestServices(), nftUpdateServices()
-	opt := Options{ClusterCIDR: "10.244.0.0/16"}
-	full, _ := RenderNFTables(prev, opt)
-	upd, _ := RenderNFTablesUpdate(prev, next, opt)
-	if err := ApplyNFTables(a, full); err != nil {
-		t.Fatal(err)
-	}
-	if err := ApplyNFTables(a, upd); err != nil {
-		t.Fatalf("update: %v\n%s", err, upd)
-	}
-	ref, _ := RenderNFTables(next, opt)
-	if err := ApplyNFTables(b, ref); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := nftState(t, a), nftState(t, b); !slices.Equal(got, want) {
-		t.Errorf("updated ruleset differs from the full one:\nupdated:\n%s\nfull:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	// And back: the reverse update restores the first ruleset.
-	back, _ := RenderNFTablesUpdate(next, prev, opt)
-	if err := ApplyNFTables(a, back); err != nil {
-		t.Fatal(err)
-	}
-	if err := ApplyNFTables(b, full); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := nftState(t, a), nftState(t, b); !slices.Equal(got, want) {
-		t.Errorf("reverse update differs:\n%s\nvs\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+// DeleteNFTables is the `nft -f` input that removes kube-proxy's table (and with it every
+// chain, rule, set and map it holds), and does nothing if the table does not exist. Only
+// tests clear the table: the lab replaces it, and deletes the namespace at the end.
+func DeleteNFTables() []byte {
+	return []byte("add table ip " + NFTable + "\ndelete table ip " + NFTable + "\n")
 }

@@ -145,7 +145,7 @@ func serviceDelivers(t *testing.T, dataplane, engine string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Preset().Attach == "bridge" {
+		if l.Parts().Attach.Name() == "bridge" {
 			// Bridged replies of DNATed pod-to-pod connections must pass the IP hooks.
 			if err := lab.InNS(ns, func() error {
 				return os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-iptables", []byte("1"), 0o644)
@@ -196,12 +196,12 @@ func serviceDelivers(t *testing.T, dataplane, engine string) {
 	if engine != "nftables" {
 		return
 	}
-	// An incremental update (kube-proxy's partial sync) takes s0 out: it gets no new
-	// connections, the two others share them (each answering none of 30 at p = 1/2 has
-	// probability 2^-29).
+	// A new rendering replacing the table (as the lab programs every change) takes s0 out: it
+	// gets no new connections, the two others share them (each answering none of 30 at p = 1/2
+	// has probability 2^-29).
 	less := svc
 	less.Endpoints = svc.Endpoints[1:]
-	upd, _ := proxy.RenderNFTablesUpdate(svcs, []proxy.Service{less, empty}, opt)
+	upd, _ := proxy.RenderNFTables([]proxy.Service{less, empty}, opt)
 	for _, n := range []string{"node0", "node1"} {
 		ns, _ := l.NodeNS(n)
 		if err := proxy.ApplyNFTables(filepath.Join(lab.NetnsDir, ns), upd); err != nil {

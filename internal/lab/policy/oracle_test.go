@@ -43,7 +43,7 @@ import (
 // Reference reports whether the NetworkPolicies pols allow flow f in a cluster made of pods and
 // namespaces nss, according to the Kubernetes documentation. It is the oracle the compiler is
 // tested against: slow (every question scans everything) and obviously right. See the comment
-// at the top of reference.go for the semantics chosen where the documentation is silent
+// at the top of oracle_test.go for the semantics chosen where the documentation is silent
 // (ipBlock on pod addresses, a pod talking to itself, node traffic).
 func Reference(pods []Pod, nss []Namespace, pols []networkingv1.NetworkPolicy, f Flow) bool {
 	src := refPodWithIP(pods, f.Src)

@@ -25,7 +25,7 @@ import (
 //     goes through the pod's loopback): no check applies.
 //
 // Replies of accepted connections are accepted by connection tracking: a Flow is always the
-// first packet of a connection. Node traffic is not modelled (see reference.go).
+// first packet of a connection. Node traffic is not modelled (see oracle_test.go).
 
 // Evaluator answers flow questions about one Program, with its sets and chains indexed. Build
 // it with Program.Evaluator when asking many questions; the Program methods build one per call.

@@ -1,0 +1,269 @@
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+)
+
+// process is a command started in a pod: it "listens" on its Ready port until stopped.
+type process struct {
+	f       *Fake
+	pod     string
+	cmd     []string
+	port    int
+	stopped bool
+}
+
+func (p *process) Stop() error {
+	p.f.mu.Lock()
+	defer p.f.mu.Unlock()
+	if !p.stopped {
+		p.stopped = true
+		p.f.log("stop %s %s", p.pod, strings.Join(p.cmd, " "))
+	}
+	return nil
+}
+
+func (p *process) Output() []byte { return nil }
+
+func newCall(pod string, argv []string) Call {
+	c := Call{Pod: pod, Argv: slices.Clone(argv), CPU: -1, Cmd: slices.Clone(argv)}
+	if len(argv) >= 3 && argv[0] == "taskset" && argv[1] == "-c" {
+		if cpu, err := strconv.Atoi(argv[2]); err == nil {
+			c.CPU, c.Cmd = cpu, slices.Clone(argv[3:])
+		}
+	}
+	return c
+}
+
+// Start implements cluster.Cluster: the process counts as listening on ready.TCPPort in the
+// pod until it is stopped (or its pod deleted).
+func (f *Fake) Start(ctx context.Context, pod string, argv []string, ready cluster.Ready) (cluster.Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := newCall(pod, argv)
+	f.starts = append(f.starts, c)
+	f.log("start %s %s", pod, strings.Join(argv, " "))
+	if _, ok := f.pod(pod); !ok {
+		return nil, fmt.Errorf("clustertest: start in %s: no such pod", pod)
+	}
+	if slices.Contains(f.fail.Start, pod) {
+		return nil, fmt.Errorf("clustertest: start in %s fails on purpose", pod)
+	}
+	if len(c.Cmd) == 0 {
+		return nil, fmt.Errorf("clustertest: start in %s: empty command", pod)
+	}
+	p := &process{f: f, pod: pod, cmd: c.Cmd, port: ready.TCPPort}
+	f.procs = append(f.procs, p)
+	return p, nil
+}
+
+// Exec implements cluster.Cluster. The command (after a `taskset -c N` prefix) is answered by
+// its tool:
+//   - iperf3 -c IP -p PORT, netperf -H IP -p PORT -t TEST and curl URL replay the recorded
+//     output of that test (iperf3_tcp.json, iperf3_udp.json, netperf_tcp_rr.txt, ...,
+//     curl-3replicas.txt) when IP:PORT reaches a server (see Reaches), else the recorded
+//     failure (iperf3_refused.json; netperf_noserver.txt on stderr, exit 255;
+//     curl-refused.txt, exit 7); so do the client runs Failures.ToolRuns asks for;
+//   - curl's recorded lines are repeated up to the requests of its URL glob ([1-N]),
+//     renumbered, and credited to the servers reached (the recording's replicas in turn);
+//   - /bin/busybox nc ... IP PORT exits 0 when IP:PORT reaches a server, else 1;
+//   - other /bin/busybox applets (sh, rm, mkdir: preparing and removing files) exit 0.
+//
+// Anything else is an error naming the command.
+func (f *Fake) Exec(ctx context.Context, pod string, argv []string) (cluster.ExecResult, error) {
+	if err := ctx.Err(); err != nil {
+		return cluster.ExecResult{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := newCall(pod, argv)
+	f.execs = append(f.execs, c)
+	f.log("exec %s %s", pod, strings.Join(argv, " "))
+	from, ok := f.pod(pod)
+	if !ok {
+		return cluster.ExecResult{}, fmt.Errorf("clustertest: exec in %s: no such pod", pod)
+	}
+	if slices.Contains(f.fail.Exec, pod) {
+		return cluster.ExecResult{}, fmt.Errorf("clustertest: exec in %s fails on purpose", pod)
+	}
+	cmd := c.Cmd
+	if len(cmd) == 0 {
+		return cluster.ExecResult{}, fmt.Errorf("clustertest: exec in %s: empty command", pod)
+	}
+	switch path.Base(cmd[0]) {
+	case "iperf3":
+		return f.iperf3(from, cmd)
+	case "netperf":
+		return f.netperf(from, cmd)
+	case "curl":
+		return f.curl(from, cmd)
+	case "busybox":
+		if len(cmd) > 1 && cmd[1] == "nc" && len(cmd) >= 4 {
+			port, _ := strconv.Atoi(cmd[len(cmd)-1])
+			if len(f.reach(from, cmd[len(cmd)-2], port)) > 0 {
+				return cluster.ExecResult{}, nil
+			}
+			return cluster.ExecResult{ExitCode: 1}, nil
+		}
+		if len(cmd) > 1 && slices.Contains([]string{"sh", "rm", "mkdir"}, cmd[1]) {
+			return cluster.ExecResult{}, nil
+		}
+	}
+	return cluster.ExecResult{}, fmt.Errorf("clustertest: no recorded output for %q", strings.Join(cmd, " "))
+}
+
+// flag returns the value after name in argv ("" when absent).
+func flag(argv []string, name string) string {
+	if i := slices.Index(argv, name); i >= 0 && i+1 < len(argv) {
+		return argv[i+1]
+	}
+	return ""
+}
+
+// failRun says whether this client run replays a failure on purpose; f.mu is held.
+func (f *Fake) failRun() bool {
+	if f.fail.ToolRuns > 0 {
+		f.fail.ToolRuns--
+		return true
+	}
+	return false
+}
+
+func (f *Fake) iperf3(from cluster.Pod, cmd []string) (cluster.ExecResult, error) {
+	port, _ := strconv.Atoi(flag(cmd, "-p"))
+	target := flag(cmd, "-c")
+	if target == "" {
+		return cluster.ExecResult{}, fmt.Errorf("clustertest: iperf3 without -c: %q", strings.Join(cmd, " "))
+	}
+	file := "iperf3_tcp.json"
+	if slices.Contains(cmd, "-u") {
+		file = "iperf3_udp.json"
+	}
+	if f.failRun() || len(f.reach(from, target, port)) == 0 {
+		file = "iperf3_refused.json" // iperf3 3.12 exits 0 with the error in its JSON
+	}
+	out, err := recorded(file)
+	return cluster.ExecResult{Stdout: out}, err
+}
+
+var netperfFiles = map[string]string{"TCP_RR": "netperf_tcp_rr.txt", "TCP_CRR": "netperf_tcp_crr.txt", "UDP_RR": "netperf_udp_rr.txt"}
+
+func (f *Fake) netperf(from cluster.Pod, cmd []string) (cluster.ExecResult, error) {
+	port, _ := strconv.Atoi(flag(cmd, "-p"))
+	file, ok := netperfFiles[flag(cmd, "-t")]
+	if !ok {
+		return cluster.ExecResult{}, fmt.Errorf("clustertest: no recorded netperf test %q", flag(cmd, "-t"))
+	}
+	if f.failRun() || len(f.reach(from, flag(cmd, "-H"), port)) == 0 {
+		out, err := recorded("netperf_noserver.txt")
+		return cluster.ExecResult{Stderr: out, ExitCode: 255}, err
+	}
+	out, err := recorded(file)
+	return cluster.ExecResult{Stdout: out}, err
+}
+
+func (f *Fake) curl(from cluster.Pod, cmd []string) (cluster.ExecResult, error) {
+	u, err := url.Parse(cmd[len(cmd)-1])
+	if err != nil {
+		return cluster.ExecResult{}, fmt.Errorf("clustertest: curl URL: %w", err)
+	}
+	var n int
+	if _, err := fmt.Sscanf(u.RawQuery, "[1-%d]", &n); err != nil || n < 1 {
+		return cluster.ExecResult{}, fmt.Errorf("clustertest: curl URL %q has no glob [1-N]", u)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	if port == 0 {
+		port = 80
+	}
+	servers := f.reach(from, u.Hostname(), port)
+	if f.failRun() || len(servers) == 0 {
+		out, err := recorded("curl-refused.txt")
+		return cluster.ExecResult{Stdout: out, ExitCode: 7}, err
+	}
+	rec, err := recorded("curl-3replicas.txt")
+	if err != nil {
+		return cluster.ExecResult{}, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(rec)), "\n")
+	// The recording's replicas, sorted, stand for the servers reached, in turn.
+	var replicas []string
+	for _, l := range lines {
+		fields := strings.Fields(l)
+		if len(fields) != 11 {
+			return cluster.ExecResult{}, fmt.Errorf("clustertest: curl-3replicas.txt: unexpected line %q", l)
+		}
+		if !slices.Contains(replicas, fields[10]) {
+			replicas = append(replicas, fields[10])
+		}
+	}
+	sort.Strings(replicas)
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fields := strings.Fields(lines[(i-1)%len(lines)])
+		fields[1] = fmt.Sprintf("%s://%s%s?%d", u.Scheme, u.Host, u.Path, i)
+		fields[10] = "replica=" + servers[slices.Index(replicas, fields[10])%len(servers)].Name
+		b.WriteString(strings.Join(fields, " ") + "\n")
+	}
+	return cluster.ExecResult{Stdout: []byte(b.String())}, nil
+}
+
+// Reaches tells which pods answer a TCP connection from pod to ip:port (a pod address or a
+// ClusterIP): those with that address, or the endpoints of that Service on its target port,
+// that have a process started with that Ready port and not stopped, and that NetworkPolicies
+// admit (when they are enforced).
+func (f *Fake) Reaches(pod, ip string, port int) []cluster.Pod {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	from, ok := f.pod(pod)
+	if !ok {
+		return nil
+	}
+	return f.reach(from, ip, port)
+}
+
+// reach is Reaches; f.mu is held.
+func (f *Fake) reach(from cluster.Pod, ip string, port int) []cluster.Pod {
+	var candidates []cluster.Pod
+	target := port
+	if i := slices.IndexFunc(f.services, func(s service) bool { return s.ClusterIP == ip }); i >= 0 {
+		svc := f.services[i]
+		j := slices.IndexFunc(svc.Ports, func(p cluster.ServicePort) bool { return p.Port == port })
+		if j < 0 {
+			return nil
+		}
+		if tp := svc.Ports[j].TargetPort; tp != 0 {
+			target = tp
+		}
+		candidates = f.selected(svc.selector)
+	} else {
+		for _, p := range f.pods {
+			if p.IP == ip {
+				candidates = append(candidates, p)
+			}
+		}
+	}
+	var out []cluster.Pod
+	for _, p := range candidates {
+		if f.listens(p.Name, target) && f.admits(from, p, target) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// listens tells whether a running process in pod listens on port; f.mu is held.
+func (f *Fake) listens(pod string, port int) bool {
+	return port != 0 && slices.ContainsFunc(f.procs, func(p *process) bool { return p.pod == pod && p.port == port && !p.stopped })
+}

@@ -1,0 +1,84 @@
+// Package hosttools is the one list of the executables cnibench runs: for each, the Debian
+// package that installs it and how to ask it its version. Who needs which tool is said by its
+// user (a driver's Tools, a data-plane part's "tool X" needs, the lab's base tools); doctor,
+// preflight, the tools image, the run's environment record and scripts/install-deps.sh (checked
+// by a test) read this table for everything else.
+package hosttools
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+)
+
+// Tool is one executable.
+type Tool struct {
+	Name    string   // as run (a bare name found on PATH, or an absolute path)
+	Package string   // the Debian package that installs it
+	Version []string // arguments that make it print its version (nil: it has no such option)
+	// NonFree marks a package of Debian's non-free component (install-deps.sh enables it).
+	NonFree bool
+	// Core marks a tool every default run needs (the default scenarios' measurement tools and
+	// the lab's own): doctor reports its absence as a failure.
+	Core bool
+}
+
+// CNIPackage installs the CNI reference plugins the lab attaches pods with.
+const CNIPackage = "containernetworking-plugins"
+
+var table = []Tool{
+	{Name: "iperf3", Core: true, Package: "iperf3", Version: []string{"--version"}},
+	{Name: "netperf", Core: true, Package: "netperf", Version: []string{"-V"}, NonFree: true},
+	{Name: "netserver", Core: true, Package: "netperf", Version: []string{"-V"}, NonFree: true},
+	{Name: "curl", Package: "curl", Version: []string{"--version"}},
+	{Name: "nginx", Package: "nginx-light", Version: []string{"-v"}},
+	{Name: "/bin/busybox", Package: "busybox-static"},
+	{Name: "ip", Core: true, Package: "iproute2", Version: []string{"-V"}},
+	{Name: "nsenter", Core: true, Package: "util-linux", Version: []string{"--version"}},
+	{Name: "taskset", Core: true, Package: "util-linux", Version: []string{"--version"}},
+	{Name: "nft", Package: "nftables", Version: []string{"--version"}},
+	{Name: "iptables", Package: "iptables", Version: []string{"--version"}},
+	{Name: "iptables-legacy", Package: "iptables", Version: []string{"--version"}},
+	{Name: "ipset", Package: "ipset", Version: []string{"--version"}},
+	{Name: "tcpdump", Package: "tcpdump", Version: []string{"--version"}},
+}
+
+// Get returns the facts of a tool. A tool missing from the table is a programming error: the
+// test of every user's tools keeps the table complete.
+func Get(name string) (Tool, error) {
+	for _, t := range table {
+		if t.Name == name {
+			return t, nil
+		}
+	}
+	return Tool{}, fmt.Errorf("hosttools: %q is not in the tools table (internal/hosttools)", name)
+}
+
+// All returns every tool of the table, in table order.
+func All() []Tool { return append([]Tool(nil), table...) }
+
+// Packages returns the Debian packages of the tools, sorted, each once.
+func Packages() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, t := range table {
+		if !seen[t.Package] {
+			seen[t.Package] = true
+			out = append(out, t.Package)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Install says how to get a missing tool, for error messages.
+func (t Tool) Install() string {
+	where := ""
+	if t.NonFree {
+		where = ", in Debian's non-free component"
+	}
+	return fmt.Sprintf("install the Debian package %s%s (`make deps` runs scripts/install-deps.sh)", t.Package, where)
+}
+
+// Base is a tool's file name ("/bin/busybox" -> "busybox").
+func (t Tool) Base() string { return filepath.Base(t.Name) }

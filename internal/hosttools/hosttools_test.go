@@ -1,0 +1,49 @@
+package hosttools
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// install-deps.sh installs every package of the table (and the CNI plugins): `make deps` and
+// the table cannot drift apart.
+func TestInstallDepsInstallsEveryPackage(t *testing.T) {
+	b, err := os.ReadFile("../../scripts/install-deps.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^PKGS=\(([^)]*)\)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("install-deps.sh has no PKGS=(...) line")
+	}
+	pkgs := strings.Fields(string(m[1]))
+	for _, p := range append(Packages(), CNIPackage) {
+		if !slices.Contains(pkgs, p) {
+			t.Errorf("install-deps.sh does not install %s (PKGS: %v)", p, pkgs)
+		}
+	}
+	for _, tl := range table {
+		if tl.NonFree && !strings.Contains(string(b), "if [ \"$p\" = "+tl.Package+" ]; then enable_nonfree") {
+			t.Errorf("install-deps.sh does not enable the non-free component for %s", tl.Package)
+		}
+	}
+}
+
+func TestGet(t *testing.T) {
+	tl, err := Get("netserver")
+	if err != nil || tl.Package != "netperf" || !tl.NonFree || !tl.Core {
+		t.Errorf("Get(netserver) = %+v, %v", tl, err)
+	}
+	if _, err := Get("nosuch"); err == nil || !strings.Contains(err.Error(), "not in the tools table") {
+		t.Errorf("Get(nosuch) = %v", err)
+	}
+	if b := (Tool{Name: "/bin/busybox"}).Base(); b != "busybox" {
+		t.Errorf("Base = %q", b)
+	}
+	if got := (Tool{Package: "netperf", NonFree: true}).Install(); !strings.Contains(got, "netperf, in Debian's non-free component") {
+		t.Errorf("Install = %q", got)
+	}
+}

@@ -1,0 +1,163 @@
+package dataplane
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/doctor"
+)
+
+func TestResolveParts(t *testing.T) {
+	for _, tc := range []struct {
+		dataplane, proxy, policy string
+		want                     [4]string // attach, overlay, proxy, policy
+	}{
+		{"flannel", "", "", [4]string{"bridge", "vxlan", "iptables", "none"}},
+		{"flannel-hostgw", "", "", [4]string{"bridge", "none", "iptables", "none"}},
+		{"calico", "", "", [4]string{"routed", "none", "iptables", "iptables"}},
+		{"calico-vxlan", "nftables", "nftables", [4]string{"routed", "vxlan", "nftables", "nftables"}},
+		{"kube-router", "", "", [4]string{"bridge", "none", "nftables", "iptables"}},
+		{"flannel", "iptables-legacy", "", [4]string{"bridge", "vxlan", "iptables-legacy", "none"}},
+		{"flannel", "ipvs", "iptables", [4]string{"bridge", "vxlan", "ipvs", "iptables"}},
+		// Baselines have no pod network: overrides do not apply to them.
+		{"bare", "nftables", "nftables", [4]string{"veth", "none", "none", "none"}},
+		{"node2node", "", "", [4]string{"none", "none", "none", "none"}},
+	} {
+		p, err := Resolve(tc.dataplane, tc.proxy, tc.policy)
+		if err != nil {
+			t.Errorf("Resolve(%s, %q, %q): %v", tc.dataplane, tc.proxy, tc.policy, err)
+			continue
+		}
+		a, o, x, y := p.Labels()
+		if got := [4]string{a, o, x, y}; got != tc.want {
+			t.Errorf("Resolve(%s, %q, %q) = %v, want %v", tc.dataplane, tc.proxy, tc.policy, got, tc.want)
+		}
+	}
+}
+
+func TestResolveErrors(t *testing.T) {
+	// A preset whose attach kind is not built yet is unsupported (skipped, not bad input).
+	for _, dp := range []string{"cilium", "antrea", "polycube"} {
+		_, err := Resolve(dp, "", "")
+		if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "is not built yet") {
+			t.Errorf("Resolve(%s) = %v, want unsupported: not built yet", dp, err)
+		}
+	}
+	for _, tc := range []struct{ dataplane, proxy, policy, want string }{
+		{"weave", "", "", `unknown dataplane "weave"`},
+		{"flannel", "ebpf", "", `unknown proxy "ebpf" (valid: iptables, iptables-legacy, ipvs, nftables, none)`},
+		{"calico", "", "bpf", `unknown policy engine "bpf" (valid: iptables, nftables, none)`},
+	} {
+		_, err := Resolve(tc.dataplane, tc.proxy, tc.policy)
+		if err == nil || errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Resolve(%s, %q, %q) = %v, want an error containing %s", tc.dataplane, tc.proxy, tc.policy, err, tc.want)
+		}
+	}
+}
+
+func TestEffectivePartsOfUnbuiltPresets(t *testing.T) {
+	// cilium's eBPF proxy and policy are not registered: its cases would run with none.
+	p, err := Lookup("cilium")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if proxy, policy := p.Effective(); proxy != None || policy != None {
+		t.Errorf("cilium's effective parts = %s, %s, want none, none", proxy, policy)
+	}
+	if !slices.Contains(PresetNames(), "cilium") || slices.Contains(PresetNames(), "bare") {
+		t.Errorf("PresetNames = %v: want presets (cilium included), no baselines", PresetNames())
+	}
+	if got := BaselineNames(); !slices.Equal(got, []string{"bare", "node2node"}) {
+		t.Errorf("BaselineNames = %v", got)
+	}
+}
+
+func TestLacksNamesThePartAndTheNeed(t *testing.T) {
+	missing := map[string]string{}
+	has := func(need string) (bool, string) {
+		if why, ok := missing[need]; ok {
+			return false, why
+		}
+		return true, ""
+	}
+	flannel, _ := Resolve("flannel", "", "")
+	if who, need, _ := flannel.Lacks(has); need != "" {
+		t.Fatalf("with everything present Lacks = %s %s", who, need)
+	}
+	for _, tc := range []struct {
+		dataplane, proxy, policy, missing, who string
+	}{
+		{"flannel", "", "", "vxlan", "overlay vxlan"},
+		{"flannel", "", "", "br_netfilter", "attach bridge with Services or policies"},
+		{"flannel", "nftables", "", "nftables", "proxy nftables"},
+		{"calico", "", "", "ipset", "policy iptables"},
+		{"calico", "", "", "cni ptp", "attach routed"},
+		{"calico", "", "", "root", "lab"},
+	} {
+		missing = map[string]string{tc.missing: "not here"}
+		p, err := Resolve(tc.dataplane, tc.proxy, tc.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		who, need, why := p.Lacks(has)
+		if who != tc.who || need != tc.missing || why != "not here" {
+			t.Errorf("%s proxy %q policy %q without %s: Lacks = %q, %q, %q, want %q", tc.dataplane, tc.proxy, tc.policy, tc.missing, who, need, why, tc.who)
+		}
+	}
+	// br_netfilter matters only when something filters: node2node never asks for it.
+	missing = map[string]string{"br_netfilter": "not here", "vxlan": "not here"}
+	n2n, _ := Resolve("node2node", "", "")
+	if who, need, _ := n2n.Lacks(has); need != "" {
+		t.Errorf("node2node Lacks = %s %s, want nothing", who, need)
+	}
+}
+
+func TestRegisteringANameTwicePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("registering proxy iptables a second time did not panic")
+		}
+	}()
+	RegisterProxy(iptablesProxy{"iptables", "nft", "iptables-nft"})
+}
+
+func TestEveryPartHasANameSummaryAndKnownNeeds(t *testing.T) {
+	// Needs are doctor check names; a typo would make preflight refuse a case for a
+	// capability nobody checks.
+	var parts []Part
+	for _, n := range hostNeeds {
+		if !doctor.Known(n) {
+			t.Errorf("every lab needs %q, which is no doctor check name", n)
+		}
+	}
+	for _, a := range AttachKinds() {
+		parts = append(parts, a, filterPart{a})
+	}
+	for _, o := range OverlayKinds() {
+		parts = append(parts, o)
+	}
+	for _, p := range ProxyEngines() {
+		parts = append(parts, p)
+	}
+	for _, p := range PolicyEngineList() {
+		parts = append(parts, p)
+	}
+	for _, p := range parts {
+		if p.Name() == "" || p.Summary() == "" {
+			t.Errorf("%T has no name or summary", p)
+		}
+		for _, n := range p.Needs() {
+			if !doctor.Known(n) {
+				t.Errorf("%s needs %q, which is no doctor check name", p.Name(), n)
+			}
+		}
+	}
+}
+
+// filterPart presents an attach kind's filtering needs as a part's needs.
+type filterPart struct{ Attach }
+
+func (f filterPart) Needs() []string { return f.FilterNeeds() }

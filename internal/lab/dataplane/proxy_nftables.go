@@ -1,0 +1,22 @@
+package dataplane
+
+import "github.com/cnibench/cnibench/internal/lab/proxy"
+
+// nftablesProxy: kube-proxy's nftables layout (table ip kube-proxy, the service-ips verdict
+// map, numgen random to endpoint chains), one nft transaction per node.
+type nftablesProxy struct{}
+
+func init() { RegisterProxy(nftablesProxy{}) }
+
+func (nftablesProxy) Name() string    { return "nftables" }
+func (nftablesProxy) Summary() string { return "kube-proxy's nftables layout (verdict maps)" }
+func (nftablesProxy) Needs() []string { return []string{"nftables"} }
+func (nftablesProxy) Usable() error   { return nil }
+
+func (nftablesProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, proxy.Counts) {
+	return proxy.RenderNFTables(svcs, opt)
+}
+
+func (nftablesProxy) Apply(nsPath string, input []byte) error {
+	return proxy.ApplyNFTables(nsPath, input)
+}

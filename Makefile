@@ -44,11 +44,12 @@ check-leftovers:
 	 kube=$$(ls /var/tmp/cnibench-kube 2>/dev/null || true); \
 	 state=$$(ls /run/cnibench 2>/dev/null | grep -E '^cnb(t|e2e)' || true); \
 	 procs=$$(pgrep -f '[c]nibench-kube/|[c]nibench-kwok' || true); \
+	 cgroups=$$(find /sys/fs/cgroup -maxdepth 2 -name 'cnbt*' 2>/dev/null || true); \
 	 mounts=$$(grep -c '[c]nibench-kube' /proc/self/mountinfo || true); \
 	 if [ "$$mounts" = 0 ]; then mounts=; fi; \
-	 if [ -n "$$left$$state$$kube$$procs$$mounts" ]; then \
-	   echo "leftovers after tests: netns[$$left] state[$$state] kube[$$kube] pids[$$procs] mounts[$$mounts]"; exit 1; fi; \
-	 echo "check-leftovers: nothing with a test prefix left behind (namespaces, state, cluster dirs, processes, mounts)"
+	 if [ -n "$$left$$state$$kube$$procs$$mounts$$cgroups" ]; then \
+	   echo "leftovers after tests: netns[$$left] state[$$state] kube[$$kube] pids[$$procs] mounts[$$mounts] cgroups[$$cgroups]"; exit 1; fi; \
+	 echo "check-leftovers: nothing with a test prefix left behind (namespaces, state, cluster dirs, processes, mounts, cgroups)"
 
 # Only the real-cluster tests: brings the cluster up in lab namespaces, runs the kube backend and
 # the CLI on it (also kube-proxy in nftables mode), tears down.

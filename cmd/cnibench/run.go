@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/lab/dataplane"
 	"github.com/cnibench/cnibench/internal/plan"
 	"github.com/cnibench/cnibench/internal/report"
 	"github.com/cnibench/cnibench/internal/result"
@@ -103,8 +104,13 @@ Examples:
 	f := cmd.Flags()
 	f.StringVar(&planFile, "plan", "", "plan file (YAML list of case groups); flags given too override its keys")
 	for _, cf := range caseFlags {
-		if cf.name == "scenario" {
+		switch cf.name {
+		case "scenario":
 			cf.help = "scenario: " + strings.Join(scenario.Names(), ", ")
+		case "proxy":
+			cf.help += ": " + strings.Join(dataplane.Proxies(), ", ")
+		case "policy":
+			cf.help += ": " + strings.Join(dataplane.PolicyEngines(), ", ")
 		}
 		vals[cf.name] = f.String(cf.name, "", cf.help)
 	}

@@ -47,7 +47,7 @@ func (*backend) Name() string { return BackendName }
 
 // Summary implements cluster.Backend.
 func (*backend) Summary() string {
-	return "a real Kubernetes cluster through a kubeconfig (client-go): measures the CNI it runs"
+	return "a real Kubernetes cluster through a kubeconfig"
 }
 
 // Options implements cluster.Backend.

@@ -307,10 +307,22 @@ func unmountUnder(dir string) error {
 
 // cgroupHierarchies are the cgroup v1 hierarchies a kubelet needs its cgroupRoot in.
 func cgroupHierarchies() []string {
+	var out []string
+	for _, h := range allCgroupHierarchies() {
+		if filepath.Base(h) != "unified" {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// allCgroupHierarchies are every hierarchy under /sys/fs/cgroup, the cgroup v2 one ("unified")
+// of a hybrid host included: the kubelet and containerd create the nodes' cgroups there too.
+func allCgroupHierarchies() []string {
 	ents, _ := os.ReadDir("/sys/fs/cgroup")
 	var out []string
 	for _, e := range ents {
-		if e.IsDir() && e.Name() != "unified" {
+		if e.IsDir() {
 			out = append(out, filepath.Join("/sys/fs/cgroup", e.Name()))
 		}
 	}
@@ -326,10 +338,10 @@ func makeCgroups(root string) error {
 	return nil
 }
 
-// removeCgroups removes a cgroup subtree in every hierarchy, leaves first.
+// removeCgroups removes a cgroup subtree in every hierarchy (the unified one too), leaves first.
 func removeCgroups(root string) error {
 	var errs []error
-	for _, hier := range cgroupHierarchies() {
+	for _, hier := range allCgroupHierarchies() {
 		base := hier + root
 		var dirs []string
 		_ = filepath.WalkDir(base, func(p string, d os.DirEntry, err error) error {

@@ -105,7 +105,7 @@ func hostState(t *testing.T) string {
 	}
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	fmt.Fprintf(&b, "kube-mounts:%d ", strings.Count(string(mi), "cnibench-kube"))
-	for _, h := range cgroupHierarchies() {
+	for _, h := range allCgroupHierarchies() {
 		ents, _ := os.ReadDir(h)
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), "cnbtk") {

@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/csv"
 	"fmt"
+	"github.com/cnibench/cnibench/internal/netns"
 	"maps"
 	"os"
 	"os/exec"
@@ -64,7 +65,7 @@ func e2eMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: building cnibench:", err)
 		return 1
 	}
-	nsBefore, stateBefore := cnbEntries(lab.NetnsDir), cnbEntries(lab.StateRoot)
+	nsBefore, stateBefore := cnbEntries(netns.Dir), cnbEntries(lab.StateRoot)
 
 	code := m.Run()
 
@@ -73,9 +74,9 @@ func e2eMain(m *testing.M) int {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		left = left[:0]
-		for _, n := range cnbEntries(lab.NetnsDir) {
+		for _, n := range cnbEntries(netns.Dir) {
 			if !slices.Contains(nsBefore, n) {
-				left = append(left, filepath.Join(lab.NetnsDir, n)+origin(n))
+				left = append(left, netns.Path(n)+origin(n))
 			}
 		}
 		for _, n := range cnbEntries(lab.StateRoot) {
@@ -450,12 +451,12 @@ func inodeOf(path string) (uint64, error) {
 // to their names.
 func netnsInodes(prefix string) map[uint64]string {
 	out := map[uint64]string{}
-	names := cnbEntries(lab.NetnsDir)
+	names := cnbEntries(netns.Dir)
 	if prefix != "" {
 		names = lab.Namespaces(prefix)
 	}
 	for _, n := range names {
-		if ino, err := inodeOf(filepath.Join(lab.NetnsDir, n)); err == nil {
+		if ino, err := inodeOf(netns.Path(n)); err == nil {
 			out[ino] = n
 		}
 	}
@@ -484,7 +485,7 @@ func procsIn(inodes map[uint64]string) []string {
 // hostState is what a command that fails on bad input must not change.
 func hostState() []string {
 	var out []string
-	for _, d := range []string{lab.NetnsDir, lab.StateRoot} {
+	for _, d := range []string{netns.Dir, lab.StateRoot} {
 		ents, err := os.ReadDir(d)
 		if err != nil {
 			out = append(out, d+": "+err.Error())
@@ -1188,7 +1189,7 @@ func TestInfoCommands(t *testing.T) {
 	})
 	t.Run("doctor", func(t *testing.T) {
 		needRoot(t)
-		before := cnbEntries(lab.NetnsDir)
+		before := cnbEntries(netns.Dir)
 		r := runCnb(t, runOpts{}, "doctor")
 		if r.code != 0 {
 			t.Fatalf("doctor: exit code %d\n%s%s", r.code, r.stdout, r.stderr)
@@ -1199,7 +1200,7 @@ func TestInfoCommands(t *testing.T) {
 		if f := row(r.stdout, "root"); len(f) < 2 || f[1] != "ok" {
 			t.Errorf("doctor root row %v, want ok", f)
 		}
-		for _, n := range cnbEntries(lab.NetnsDir) {
+		for _, n := range cnbEntries(netns.Dir) {
 			if strings.HasPrefix(n, "cnbdoc") && !slices.Contains(before, n) {
 				t.Errorf("doctor left its scratch namespace %s", n)
 			}
@@ -1237,7 +1238,7 @@ func TestLabUpDown(t *testing.T) {
 	}
 
 	// The lab works: pod0 (node0) reaches pod1 (node1).
-	addr, err := exec.Command("nsenter", "--net="+filepath.Join(lab.NetnsDir, prefix+"-p-pod1"), "ip", "-4", "-o", "addr", "show", "dev", "eth0").Output()
+	addr, err := exec.Command("nsenter", "--net="+netns.Path(prefix+"-p-pod1"), "ip", "-4", "-o", "addr", "show", "dev", "eth0").Output()
 	if err != nil {
 		t.Fatalf("pod1 address: %v", err)
 	}
@@ -1245,7 +1246,7 @@ func TestLabUpDown(t *testing.T) {
 	if m == nil {
 		t.Fatalf("pod1 has no IPv4 address: %s", addr)
 	}
-	if out, err := exec.Command("nsenter", "--net="+filepath.Join(lab.NetnsDir, prefix+"-p-pod0"), "ping", "-c", "1", "-W", "2", string(m[1])).CombinedOutput(); err != nil {
+	if out, err := exec.Command("nsenter", "--net="+netns.Path(prefix+"-p-pod0"), "ping", "-c", "1", "-W", "2", string(m[1])).CombinedOutput(); err != nil {
 		t.Errorf("ping pod0 -> pod1 (%s): %v\n%s", m[1], err, out)
 	}
 

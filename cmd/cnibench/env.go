@@ -41,7 +41,7 @@ func environment(args []string) map[string]any {
 	tools := map[string]string{}
 	for _, name := range driver.AllTools() {
 		t, err := hosttools.Get(name)
-		if err != nil || t.Version == nil || name == "netserver" { // netserver is netperf's
+		if err != nil || t.Version == nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

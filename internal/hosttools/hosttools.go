@@ -8,7 +8,6 @@ package hosttools
 import (
 	"fmt"
 	"path/filepath"
-	"sort"
 )
 
 // Tool is one executable.
@@ -56,20 +55,6 @@ func Get(name string) (Tool, error) {
 
 // All returns every tool of the table, in table order.
 func All() []Tool { return append([]Tool(nil), table...) }
-
-// Packages returns the Debian packages of the tools, sorted, each once.
-func Packages() []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, t := range table {
-		if !seen[t.Package] {
-			seen[t.Package] = true
-			out = append(out, t.Package)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
 
 // Install says how to get a missing tool, for error messages.
 func (t Tool) Install() string {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -20,7 +21,7 @@ func TestInstallDepsInstallsEveryPackage(t *testing.T) {
 		t.Fatal("install-deps.sh has no PKGS=(...) line")
 	}
 	pkgs := strings.Fields(string(m[1]))
-	for _, p := range append(Packages(), CNIPackage) {
+	for _, p := range append(packages(), CNIPackage) {
 		if !slices.Contains(pkgs, p) {
 			t.Errorf("install-deps.sh does not install %s (PKGS: %v)", p, pkgs)
 		}
@@ -46,4 +47,18 @@ func TestGet(t *testing.T) {
 	if got := (Tool{Package: "netperf", NonFree: true}).Install(); !strings.Contains(got, "netperf, in Debian's non-free component") {
 		t.Errorf("Install = %q", got)
 	}
+}
+
+// packages returns the Debian packages of the tools, sorted, each once.
+func packages() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, t := range table {
+		if !seen[t.Package] {
+			seen[t.Package] = true
+			out = append(out, t.Package)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

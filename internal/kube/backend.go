@@ -11,25 +11,25 @@ import (
 	"github.com/cnibench/cnibench/internal/result"
 )
 
-// BackendName is the kube backend's name (--backend kube, the case label "backend").
-const BackendName = "kube"
+// backendName is the kube backend's name (--backend kube, the case label "backend").
+const backendName = "kube"
 
-// ClusterDataplane is the dataplane of every pod case on a real cluster: the cluster's own
+// clusterDataplane is the dataplane of every pod case on a real cluster: the cluster's own
 // CNI, kube-proxy and policy engine.
-const ClusterDataplane = "cluster"
+const clusterDataplane = "cluster"
 
 // The kube backend's options (--NAME on the command line).
 const (
-	OptKubeconfig     = "kubeconfig"
-	OptImage          = "image"
-	OptNodes          = "nodes"
-	OptFakeNodes      = "fake-nodes"
-	OptKwok           = "kwok"
-	OptTolerateTaints = "tolerate-taints"
+	optKubeconfig     = "kubeconfig"
+	optImage          = "image"
+	optNodes          = "nodes"
+	optFakeNodes      = "fake-nodes"
+	optKwok           = "kwok"
+	optTolerateTaints = "tolerate-taints"
 )
 
-// MaxFakeNodes is the most kwok fake nodes a run may ask for.
-const MaxFakeNodes = 1000
+// maxFakeNodes is the most kwok fake nodes a run may ask for.
+const maxFakeNodes = 1000
 
 func init() { cluster.RegisterBackend(&backend{}) }
 
@@ -43,7 +43,7 @@ type backend struct {
 var _ cluster.Backend = (*backend)(nil)
 
 // Name implements cluster.Backend.
-func (*backend) Name() string { return BackendName }
+func (*backend) Name() string { return backendName }
 
 // Summary implements cluster.Backend.
 func (*backend) Summary() string {
@@ -55,17 +55,17 @@ func (*backend) Options() []cluster.Option { return options() }
 
 func options() []cluster.Option {
 	return []cluster.Option{
-		{Name: OptKubeconfig, Help: "kube backend: kubeconfig (default $KUBECONFIG, then ~/.kube/config)"},
-		{Name: OptImage, Default: DefaultImage, Help: "kube backend: tools image (build it with 'cnibench image build')"},
-		{Name: OptNodes, CaseKey: true, Help: "kube backend: the nodes to use, A,B (default: two Ready, schedulable nodes)"},
-		{Name: OptFakeNodes, Default: "0", Help: "kube backend: put silent pods on N kwok fake nodes, run for the run's lifetime and removed after"},
-		{Name: OptKwok, Help: "kube backend: the kwok binary for --fake-nodes (default: kwok on PATH)"},
-		{Name: OptTolerateTaints, Bool: true, Default: "false", Help: "kube backend: also use tainted nodes, tolerating their taints"},
+		{Name: optKubeconfig, Help: "kube backend: kubeconfig (default $KUBECONFIG, then ~/.kube/config)"},
+		{Name: optImage, Default: DefaultImage, Help: "kube backend: tools image (build it with 'cnibench image build')"},
+		{Name: optNodes, CaseKey: true, Help: "kube backend: the nodes to use, A,B (default: two Ready, schedulable nodes)"},
+		{Name: optFakeNodes, Default: "0", Help: "kube backend: put silent pods on N kwok fake nodes, run for the run's lifetime and removed after"},
+		{Name: optKwok, Help: "kube backend: the kwok binary for --fake-nodes (default: kwok on PATH)"},
+		{Name: optTolerateTaints, Bool: true, Default: "false", Help: "kube backend: also use tainted nodes, tolerating their taints"},
 	}
 }
 
 // Configure implements cluster.Backend: --nodes names the nodes (a number is the lab's node
-// count and rejected), --fake-nodes is 0..MaxFakeNodes and needs the kwok binary when above 0.
+// count and rejected), --fake-nodes is 0..maxFakeNodes and needs the kwok binary when above 0.
 func (b *backend) Configure(opts map[string]string, runID string) error {
 	cfg, err := configure(opts, runID)
 	if err != nil {
@@ -94,20 +94,20 @@ func configure(opts map[string]string, runID string) (Config, error) {
 		return Config{}, cluster.BadInput("%s: not an option of the kube backend", strings.Join(unknown, ", "))
 	}
 
-	cfg := Config{RunID: runID, Image: DefaultImage, Kubeconfig: opts[OptKubeconfig], Kwok: opts[OptKwok]}
-	if nodes, ok := opts[OptNodes]; ok {
+	cfg := Config{RunID: runID, Image: DefaultImage, Kubeconfig: opts[optKubeconfig], Kwok: opts[optKwok]}
+	if nodes, ok := opts[optNodes]; ok {
 		if _, err := strconv.Atoi(strings.Split(nodes, ",")[0]); err == nil {
 			return Config{}, cluster.BadInput("--nodes %s: on the kube backend --nodes names the nodes to use (A,B); the node count is a lab setting", nodes)
 		}
 		cfg.Nodes = cluster.ParseList(nodes)
 	}
-	if v, ok := opts[OptFakeNodes]; ok {
+	if v, ok := opts[optFakeNodes]; ok {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 0, 0) // as the int flag it was parsed
 		if err != nil {
-			return Config{}, cluster.BadInput("--fake-nodes %s: give 0..%d fake nodes", v, MaxFakeNodes)
+			return Config{}, cluster.BadInput("--fake-nodes %s: give 0..%d fake nodes", v, maxFakeNodes)
 		}
-		if n < 0 || n > MaxFakeNodes {
-			return Config{}, cluster.BadInput("--fake-nodes %d: give 0..%d fake nodes", n, MaxFakeNodes)
+		if n < 0 || n > maxFakeNodes {
+			return Config{}, cluster.BadInput("--fake-nodes %d: give 0..%d fake nodes", n, maxFakeNodes)
 		}
 		cfg.FakeNodes = int(n)
 	}
@@ -116,10 +116,10 @@ func configure(opts map[string]string, runID string) (Config, error) {
 			return Config{}, cluster.BadInput("%s", err)
 		}
 	}
-	if v, ok := opts[OptImage]; ok {
+	if v, ok := opts[optImage]; ok {
 		cfg.Image = v // "" is DefaultImage again (NewWithClient)
 	}
-	if v, ok := opts[OptTolerateTaints]; ok {
+	if v, ok := opts[optTolerateTaints]; ok {
 		t, err := strconv.ParseBool(v)
 		if err != nil {
 			return Config{}, cluster.BadInput("--tolerate-taints %s: give true or false", v)
@@ -139,7 +139,7 @@ func (b *backend) config() Config {
 }
 
 // Dataplanes implements cluster.Backend: a real cluster runs its own data plane.
-func (*backend) Dataplanes() []string { return []string{ClusterDataplane} }
+func (*backend) Dataplanes() []string { return []string{clusterDataplane} }
 
 // Resolve implements cluster.Backend: it maps planned cases onto a real cluster. Pod cases
 // run on the cluster's own data plane (dataplane "cluster", no attach, overlay, proxy or
@@ -156,9 +156,9 @@ func (*backend) Resolve(cases []result.CaseSpec) ([]result.CaseSpec, error) {
 	seen := map[string]bool{}
 	for _, cs := range cases {
 		c := &cs.Case
-		c.Backend = BackendName
+		c.Backend = backendName
 		if c.Scenario != "baseline" {
-			c.Dataplane, c.Attach, c.Overlay, c.Proxy, c.Policy = ClusterDataplane, "", "", "", ""
+			c.Dataplane, c.Attach, c.Overlay, c.Proxy, c.Policy = clusterDataplane, "", "", "", ""
 		}
 		c.ID = c.MakeID()
 		if !seen[c.ID] {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/doctor"
+	"github.com/cnibench/cnibench/internal/netns"
 )
 
 // anyPrefixRe matches the objects of every lab, whatever its prefix.
@@ -31,7 +32,7 @@ func owned(name, prefix string) bool {
 
 // Namespaces lists the named network namespaces of a prefix ("" = every lab prefix).
 func Namespaces(prefix string) []string {
-	ents, _ := os.ReadDir(NetnsDir)
+	ents, _ := os.ReadDir(netns.Dir)
 	var out []string
 	for _, e := range ents {
 		if owned(e.Name(), prefix) {

@@ -11,18 +11,11 @@ import (
 
 // The lab's names for internal/netns, which owns entering, creating and deleting namespaces.
 
-// NetnsDir is where named network namespaces are bind-mounted (as `ip netns` does).
-const NetnsDir = netns.Dir
-
 // nsPath is the file of a named namespace.
 func nsPath(name string) string { return netns.Path(name) }
 
 // inNS runs fn on a locked OS thread inside the named namespace (netns.Do).
 func inNS(name string, fn func() error) error { return netns.Do(name, fn) }
-
-// InNS runs fn on a locked OS thread inside the named namespace (e.g. to create a socket
-// there: a socket belongs to the namespace it was created in, whatever thread uses it later).
-func InNS(name string, fn func() error) error { return netns.Do(name, fn) }
 
 // createNS creates a named network namespace without moving the caller into it, and brings
 // its loopback up the way a container runtime does.

@@ -3,10 +3,10 @@ package policy_test
 import (
 	"context"
 	"fmt"
+	"github.com/cnibench/cnibench/internal/netns"
 	"math/rand"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -261,10 +261,10 @@ func pktDataplane(t *testing.T, dataplane string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nodeNS[n] = filepath.Join(lab.NetnsDir, ns)
+		nodeNS[n] = netns.Path(ns)
 		if dataplane == "flannel" {
 			// Bridged traffic between pods of a node must cross the FORWARD hook.
-			if err := lab.InNS(ns, func() error {
+			if err := netns.Do(ns, func() error {
 				return os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-iptables", []byte("1"), 0o644)
 			}); err != nil {
 				t.Fatal(err)

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"github.com/cnibench/cnibench/internal/netns"
 	"math"
 	"math/rand"
 	"os"
@@ -147,13 +148,13 @@ func serviceDelivers(t *testing.T, dataplane, engine string) {
 		}
 		if l.Parts().Attach.Name() == "bridge" {
 			// Bridged replies of DNATed pod-to-pod connections must pass the IP hooks.
-			if err := lab.InNS(ns, func() error {
+			if err := netns.Do(ns, func() error {
 				return os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-iptables", []byte("1"), 0o644)
 			}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		path := filepath.Join(lab.NetnsDir, ns)
+		path := netns.Path(ns)
 		if engine == "nftables" {
 			err = proxy.ApplyNFTables(path, input)
 		} else {
@@ -204,7 +205,7 @@ func serviceDelivers(t *testing.T, dataplane, engine string) {
 	upd, _ := proxy.RenderNFTables([]proxy.Service{less, empty}, opt)
 	for _, n := range []string{"node0", "node1"} {
 		ns, _ := l.NodeNS(n)
-		if err := proxy.ApplyNFTables(filepath.Join(lab.NetnsDir, ns), upd); err != nil {
+		if err := proxy.ApplyNFTables(netns.Path(ns), upd); err != nil {
 			t.Fatalf("update in %s: %v", n, err)
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,9 +17,11 @@ import (
 	"github.com/cnibench/cnibench/internal/plan"
 	"github.com/cnibench/cnibench/internal/report"
 	"github.com/cnibench/cnibench/internal/result"
+	"github.com/cnibench/cnibench/internal/runlock"
 	"github.com/cnibench/cnibench/internal/runner"
 	"github.com/cnibench/cnibench/internal/scenario"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 )
 
@@ -40,10 +43,70 @@ var caseFlags = []struct{ name, help string }{
 	{"cpus", "CLIENT,SERVER CPUs the client and server are pinned to (default 0,1)"},
 	{"mtu", "underlay MTU, 576..9000 (default 1500; pods get it less the overlay overhead)"},
 	{"nodes", "lab: node count (default 2); kube: the nodes to use, A,B (default: two Ready, schedulable nodes)"},
+	{"copies", "identical copies of each case, measured side by side (an A/A test of the noise; default 1)"},
+}
+
+// settingsFlags are the run's scheduling and stopping settings (not plan keys: plan.json
+// records them; a resumed run keeps its order and seed, the others may be changed).
+type settingsFlags struct {
+	order                string
+	seed                 int64
+	maxSteal, ciTarget   float64
+	maxReruns, maxRepeat int
+	timeBudget           time.Duration
+}
+
+func (sf *settingsFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&sf.order, "order", runner.OrderRounds, "trial order: rounds (trial k of every case before trial k+1 of any, shuffled per round) or sequential (all trials of a case back to back)")
+	f.Int64Var(&sf.seed, "seed", 0, "seed of the rounds' shuffle (default: random, recorded in plan.json)")
+	f.Float64Var(&sf.maxSteal, "max-steal", runner.DefaultMaxSteal, "a trial whose node lost more than this % of its CPU to the hypervisor (steal) is disturbed: recorded, left out of the statistics and run again; negative: off")
+	f.IntVar(&sf.maxReruns, "max-reruns", 0, "re-runs of disturbed trials per case (default: the case's repeat; negative: none)")
+	f.Float64Var(&sf.ciTarget, "ci-target", 0, "add rounds until every case's 95% CI half-width is within this % of its value (0: off; --repeat stays the minimum)")
+	f.IntVar(&sf.maxRepeat, "max-repeat", 0, "with --ci-target: most trials per case (default 4 x repeat)")
+	f.DurationVar(&sf.timeBudget, "time-budget", 0, "with --ci-target: stop adding rounds after this much time (e.g. 45m; default: no bound)")
+}
+
+// settings returns the settings the flags give over base; changing order or seed of a
+// resumed run is a usage error.
+func (sf *settingsFlags) settings(cmd *cobra.Command, base runner.Settings, resume bool) (runner.Settings, error) {
+	s := base
+	ch := cmd.Flags().Changed
+	if resume && (ch("order") || ch("seed")) {
+		return s, usagef("--resume keeps the run's --order and --seed (recorded in plan.json): drop them")
+	}
+	if !resume {
+		s.Order, s.Seed = sf.order, sf.seed
+		if !ch("seed") {
+			s.Seed = time.Now().UnixNano()
+		}
+	}
+	if !resume || ch("max-steal") {
+		s.MaxStealPct = sf.maxSteal
+	}
+	if !resume || ch("max-reruns") {
+		s.MaxReruns = sf.maxReruns
+	}
+	if !resume || ch("ci-target") {
+		s.CITargetPct = sf.ciTarget
+	}
+	if !resume || ch("max-repeat") {
+		s.MaxRepeat = sf.maxRepeat
+	}
+	if !resume || ch("time-budget") {
+		s.TimeBudgetS = sf.timeBudget.Seconds()
+	}
+	if (ch("max-repeat") || ch("time-budget")) && s.CITargetPct == 0 {
+		return s, usagef("--max-repeat and --time-budget bound the rounds --ci-target adds: give --ci-target too")
+	}
+	if err := s.Check(); err != nil {
+		return s, usageError{err.Error()}
+	}
+	return s, nil
 }
 
 func newRunCmd() *cobra.Command {
 	var planFile, backend, out, resume, output string
+	var sf settingsFlags
 	vals := map[string]*string{}
 	bopts := map[string]func() string{} // backend options (not plan keys): flag name -> value
 	cmd := &cobra.Command{
@@ -51,6 +114,13 @@ func newRunCmd() *cobra.Command {
 		Short: "Run a plan (or the cases given by flags) and write results",
 		Long: `Run benchmark cases and write DIR/results.jsonl (each trial as it ends), DIR/summary.json and
 DIR/summary.csv, then print a table with each pod result as a ratio to its baseline.
+
+Trials run in rounds: trial k of every case before trial k+1 of any, in an order shuffled per
+round, every case's cluster kept standing, so bursts of hypervisor steal fall on all cases
+alike and ratios are paired by round (with a 95 % interval; "no difference" when it holds 1).
+A trial disturbed by steal (--max-steal) is kept in results.jsonl, left out of the statistics
+and run again. --ci-target adds rounds until the intervals are narrow enough. One run
+measures on a host at a time: a second one waits for the first.
 
 Examples:
   cnibench run --plan plans/quick.yaml
@@ -63,7 +133,7 @@ Examples:
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if resume != "" && !cmd.Flags().Changed("backend") {
 				// a resumed run keeps its backend
-				if _, cases, err := runner.LoadPlan(resume); err == nil && len(cases) > 0 {
+				if _, cases, _, err := runner.LoadPlan(resume); err == nil && len(cases) > 0 {
 					backend = cases[0].Case.Backend
 				}
 			}
@@ -98,7 +168,7 @@ Examples:
 					}
 				}
 			}
-			return runRun(cmd, planFile, set, b, given, out, resume, output)
+			return runRun(cmd, planFile, set, b, given, out, resume, output, &sf)
 		},
 	}
 	f := cmd.Flags()
@@ -135,38 +205,39 @@ Examples:
 	f.StringVar(&out, "out", "", "run directory (default runs/<UTC timestamp>-<plan or scenario>)")
 	f.StringVar(&resume, "resume", "", "finish the run in DIR, skipping trials already recorded")
 	f.StringVar(&output, "output", "table", "what to print at the end: table or json")
+	sf.register(f)
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluster.Backend, opts map[string]string, out, resume, output string) error {
+func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluster.Backend, opts map[string]string, out, resume, output string, sf *settingsFlags) error {
 	if output != "table" && output != "json" {
 		return usagef("--output: unknown format %q (valid: table, json)", output)
 	}
 	var (
-		cases []result.CaseSpec
-		runID string
-		err   error
+		cases    []result.CaseSpec
+		runID    string
+		settings runner.Settings
+		err      error
 	)
 	if resume != "" {
 		if planFile != "" || len(set) > 0 || out != "" {
 			return usagef("--resume takes no --plan, --out or case flags: the run directory records its cases")
 		}
-		if runID, cases, err = runner.LoadPlan(resume); err != nil {
+		if runID, cases, settings, err = runner.LoadPlan(resume); err != nil {
 			return usageError{err.Error()}
 		}
 		out = resume
 		if len(cases) > 0 && cases[0].Case.Backend != b.Name() {
 			return usagef("--resume %s: the run is on the %s backend, not %s (drop --backend)", resume, cases[0].Case.Backend, b.Name())
 		}
-	} else {
-		if cases, runID, err = expandCases(planFile, set, b); err != nil {
-			return err
-		}
-		if out == "" {
-			out = filepath.Join("runs", runID)
-		} else {
-			runID = filepath.Base(filepath.Clean(out))
-		}
+	} else if cases, runID, err = expandCases(planFile, set, b); err != nil {
+		return err
+	}
+	if settings, err = sf.settings(cmd, settings, resume != ""); err != nil {
+		return err
+	}
+	if resume == "" && out != "" {
+		runID = filepath.Base(filepath.Clean(out))
 		if _, err := os.Stat(filepath.Join(out, result.TrialsFile)); err == nil {
 			return usagef("--out %s already holds a run: use --resume %s to finish it, or another --out", out, out)
 		}
@@ -177,27 +248,53 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluste
 	if err := b.Preflight(cmd.Context(), cases); err != nil {
 		return err
 	}
+	if resume == "" && out == "" {
+		// A directory of its own, even for two runs started in the same second.
+		if out, err = runlock.NewDir(filepath.Join("runs", runID)); err != nil {
+			return err
+		}
+		runID = filepath.Base(out)
+	}
+	dirLock, err := runlock.Dir(out, "cnibench run "+runID)
+	if err != nil {
+		if errors.Is(err, runlock.ErrBusy) {
+			return usageError{err.Error() + ": wait for it to end, or use another --out"}
+		}
+		return err
+	}
+	defer dirLock.Release()
 	if resume == "" {
-		if err := runner.SavePlan(out, runID, cases); err != nil {
+		if err := runner.SavePlan(out, runID, cases, settings); err != nil {
 			return err
 		}
 	}
 
-	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	stderr := cmd.ErrOrStderr()
 	tty := false
 	if f, ok := stderr.(*os.File); ok {
 		tty = term.IsTerminal(int(f.Fd()))
 	}
+	hostLock, err := runlock.Host(ctx, "cnibench run "+out, func(holder string) {
+		fmt.Fprintf(stderr, "waiting: another run is measuring on this host: %s (one run measures at a time)\n", holder)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "interrupted before measuring; start it later with: cnibench run --resume %s\n", out)
+			return exitError{130}
+		}
+		return err
+	}
+	defer hostLock.Release()
 	opt := runner.Options{
 		Dir: out, RunID: runID, Environment: environment(os.Args[1:]), Progress: runner.NewProgress(stderr, tty),
-		NewCluster: b.NewCluster,
+		NewCluster: b.NewCluster, Standing: b.Standing(), Settings: settings,
 	}
-	fmt.Fprintf(stderr, "run %s -> %s\n", runID, out)
+	fmt.Fprintf(stderr, "run %s -> %s (pid %d; order %s, seed %d)\n", runID, out, os.Getpid(), settings.Order, settings.Seed)
 	sum, err := runner.Run(ctx, cases, opt)
 	if ctx.Err() != nil {
-		fmt.Fprintf(stderr, "interrupted: lab torn down, trials so far kept in %s; finish with: cnibench run --resume %s\n", out, out)
+		fmt.Fprintf(stderr, "interrupted: clusters torn down, trials so far kept in %s; finish with: cnibench run --resume %s\n", out, out)
 		return exitError{130}
 	}
 	if err != nil {

@@ -37,7 +37,7 @@ type Key struct {
 
 // KeyOf is the key of a case's cluster.
 func KeyOf(cs result.CaseSpec) Key {
-	return Key{Backend: cs.Case.Backend, Dataplane: cs.Case.Dataplane, Proxy: cs.Case.Proxy, Policy: cs.Case.Policy, MTU: cs.MTU, Nodes: cs.Nodes}
+	return Key{Backend: cs.Case.Backend, Dataplane: cs.Case.Dataplane, Proxy: cs.Case.Proxy, Policy: cs.Case.Policy, MTU: cs.Case.MTU, Nodes: cs.Case.Nodes}
 }
 
 // Option is one of a backend's own settings, given on the command line as --NAME.
@@ -74,6 +74,23 @@ type Backend interface {
 	// NewCluster creates a cluster for a key. Errors wrapping ErrUnsupported skip the key's
 	// cases with the reason.
 	NewCluster(ctx context.Context, k Key) (Cluster, error)
+	// Standing says how the runner may keep this backend's clusters up together while it
+	// interleaves the trials of their cases.
+	Standing() Standing
+}
+
+// Standing is how a backend's clusters may stand together during a run.
+type Standing struct {
+	// PerCase: the backend's clusters are isolated from each other (the lab: each in its own
+	// namespaces, links and rule sets, cheap to build), so every case gets a cluster of its
+	// own and many stand at once. Otherwise they share one data plane (a real cluster): cases
+	// with the same Key share a cluster, and only cases that load it with nothing
+	// (Case.Load() == 0) stand together; each loaded case has the data plane to itself.
+	PerCase bool
+	// MaxClusters and MaxLoad bound what stands at once with PerCase: the number of clusters
+	// and the sum of their cases' Load (Services, policies, pods). Cases beyond run in later
+	// blocks; a case whose load alone exceeds MaxLoad stands alone.
+	MaxClusters, MaxLoad int
 }
 
 var (

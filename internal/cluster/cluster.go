@@ -141,6 +141,9 @@ type Facts struct {
 	Backend   string // "lab", "kube", ...
 	Dataplane string // the preset ("flannel", ...) or "cluster" for a real cluster's own
 	PodMTU    int    // the MTU pods get; 0 when unknown
+	// Name is what names the cluster's objects where it lives (the lab's prefix, the kube
+	// namespace): printed when a run builds it, so a user knows what belongs to the run.
+	Name string
 	// Details are the backend's other facts (overlay, prefix, kube-proxy mode, ...), recorded
 	// under the run's environment.
 	Details map[string]any

@@ -143,7 +143,7 @@ func (*backend) Dataplanes() []string { return []string{clusterDataplane} }
 
 // Resolve implements cluster.Backend: it maps planned cases onto a real cluster. Pod cases
 // run on the cluster's own data plane (dataplane "cluster", no attach, overlay, proxy or
-// policy labels); baselines keep their names (bare is skipped there: a cluster offers no bare
+// policy labels, and no lab MTU or node count); baselines keep their names (bare is skipped there: a cluster offers no bare
 // veth pair). Cases that become identical are planned once, in their first place. A case that
 // names a proxy or policy engine is bad input: those choose lab implementations.
 func (*backend) Resolve(cases []result.CaseSpec) ([]result.CaseSpec, error) {
@@ -151,12 +151,19 @@ func (*backend) Resolve(cases []result.CaseSpec) ([]result.CaseSpec, error) {
 		if v := cs.Case.Variant(); v != cs.Case.Dataplane {
 			return nil, cluster.BadInput("case %s: proxy and policy choose lab implementations; a cluster runs its own (remove proxy/policy for --backend kube)", cs.Case.ID)
 		}
+		if m := cs.Case.MTU; m != 0 && m != result.DefaultMTU {
+			return nil, cluster.BadInput("case %s: mtu %d is the lab's underlay MTU; a cluster has its own (remove mtu for --backend kube)", cs.Case.ID, m)
+		}
+		if n := cs.Case.Nodes; n != 0 && n != result.DefaultNodes {
+			return nil, cluster.BadInput("case %s: nodes %d is the lab's node count; on a cluster name the nodes with --nodes A,B", cs.Case.ID, n)
+		}
 	}
 	var out []result.CaseSpec
 	seen := map[string]bool{}
 	for _, cs := range cases {
 		c := &cs.Case
 		c.Backend = backendName
+		c.MTU, c.Nodes = 0, 0 // a cluster has its own
 		if c.Scenario != "baseline" {
 			c.Dataplane, c.Attach, c.Overlay, c.Proxy, c.Policy = clusterDataplane, "", "", "", ""
 		}
@@ -177,6 +184,10 @@ func (b *backend) Preflight(ctx context.Context, cases []result.CaseSpec) error 
 	}
 	return nil
 }
+
+// Standing implements cluster.Backend: every namespace of a run is on one real data plane, so
+// clusters are shared (one per key) and a loaded case has the data plane to itself.
+func (*backend) Standing() cluster.Standing { return cluster.Standing{} }
 
 // NewCluster implements cluster.Backend: every key gets a Cluster on the configured
 // kubeconfig and nodes (the cluster's data plane is whatever it runs).

@@ -142,7 +142,8 @@ func planned(scen, dp, placement, proto string, mod func(*result.Case)) result.C
 		mod(&c)
 	}
 	c.ID = c.MakeID()
-	return result.CaseSpec{Case: c, Repeat: 3, Duration: 5, CPUs: [2]int{0, 1}, MTU: 1500, Nodes: 2}
+	c.MTU, c.Nodes = 1500, 2
+	return result.CaseSpec{Case: c, Repeat: 3, Duration: 5, CPUs: [2]int{0, 1}}
 }
 
 func TestResolve(t *testing.T) {
@@ -179,7 +180,7 @@ func TestResolve(t *testing.T) {
 		if c.Scenario != "baseline" && c.Dataplane != "cluster" {
 			t.Errorf("%s: dataplane %q", c.ID, c.Dataplane)
 		}
-		if cs.Repeat != 3 || cs.Duration != 5 || cs.MTU != 1500 || cs.Nodes != 2 || c.Tool != "iperf3" {
+		if cs.Repeat != 3 || cs.Duration != 5 || c.MTU != 0 || c.Nodes != 0 || c.Tool != "iperf3" {
 			t.Errorf("%s: other settings changed: %+v", c.ID, cs)
 		}
 	}

@@ -184,7 +184,7 @@ func (c *Cluster) Facts() cluster.Facts {
 	for i, n := range c.nodes {
 		nodes[i] = n.Name
 	}
-	f := cluster.Facts{Backend: backendName, Dataplane: clusterDataplane}
+	f := cluster.Facts{Backend: backendName, Dataplane: clusterDataplane, Name: "namespace " + c.ns}
 	d := map[string]any{"namespace": c.ns, "nodes": nodes, "image": c.cfg.Image}
 	for k, v := range c.info {
 		d[k] = v

@@ -95,7 +95,7 @@ func (Backend) Preflight(ctx context.Context, cases []result.CaseSpec) error {
 		for _, t := range ts {
 			tools[t] = true
 		}
-		cfg := Config{Prefix: "cnbcheck", Dataplane: c.Case.Dataplane, Nodes: c.Nodes, MTU: c.MTU, Proxy: c.Case.Proxy, Policy: c.Case.Policy}
+		cfg := Config{Prefix: "cnbcheck", Dataplane: c.Case.Dataplane, Nodes: c.Case.Nodes, MTU: c.Case.MTU, Proxy: c.Case.Proxy, Policy: c.Case.Policy}
 		dp, err := cfg.resolve()
 		if err != nil {
 			if p, lerr := dataplane.Lookup(cfg.Dataplane); lerr == nil && p.Missing() != "" {
@@ -136,6 +136,14 @@ func sortedKeys[V any](m map[string]V) []string {
 // NewCluster implements cluster.Backend: a lab with a fresh prefix.
 func (Backend) NewCluster(ctx context.Context, k cluster.Key) (cluster.Cluster, error) {
 	return Up(ctx, Config{Prefix: NewPrefix(), Dataplane: k.Dataplane, Nodes: k.Nodes, MTU: k.MTU, Proxy: k.Proxy, Policy: k.Policy})
+}
+
+// Standing implements cluster.Backend: labs are isolated from each other and cheap (a
+// two-node lab with its pods is five namespaces, built in well under a second), so every case
+// gets its own and up to 64 stand at once, together loaded with at most 60,000 Services,
+// policies and pods (measured: see README "Rounds").
+func (Backend) Standing() cluster.Standing {
+	return cluster.Standing{PerCase: true, MaxClusters: 64, MaxLoad: 60000}
 }
 
 // NewPrefix returns a fresh object prefix: "cnb" and 5 random lowercase letters or digits.

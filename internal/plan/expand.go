@@ -9,11 +9,14 @@ import (
 // Expand validates the groups (Validate with each group's own Source; each case passes its
 // scenario's Check) and returns their
 // cases in order: groups in file order, then dataplane > placement > protocol > services >
-// policies > pods > replicas > proxy > policy. Dataplane x placement combinations the
-// scenario's Valid rejects are dropped. A case whose ID an earlier case already has is
-// dropped (the first wins, with its repeat, duration, ...), unless the two cases differ in
-// something the ID does not show: that is an error, since their results would be mixed up.
-// A group that names proxies or policies gets them in its ids (Case.WithParts).
+// policies > pods > replicas > proxy > policy > copy. Dataplane x placement combinations the
+// scenario's Valid rejects are dropped. The underlay MTU and node count are case labels (in
+// the id when not the defaults), so a plan can sweep them; copies (default 1) plans each case
+// that many times, the later copies with "/copy=N" in the id. A case whose ID an earlier case
+// already has is dropped (planned once), unless the two differ in a label or in a setting
+// (repeat, duration, warmup, cpus): that is an error naming both groups, since their results
+// would be mixed up. A group that names proxies or policies gets them in its ids
+// (Case.WithParts).
 //
 // Keys no group sets come from d. A default CPU this host does not have wraps around
 // (CPU 1 on a 1-CPU host is CPU 0), so the built-in defaults work everywhere; CPUs a plan or
@@ -31,7 +34,8 @@ func Expand(groups []Group, cat Catalog, backend string, d Defaults) ([]CaseSpec
 		}
 	}
 
-	seen := map[string]int{} // case ID -> index in out
+	seen := map[string]int{}  // case ID -> index in out
+	group := map[string]int{} // case ID -> the group that planned it
 	var out []CaseSpec
 	for gi := range groups {
 		g := &groups[gi]
@@ -43,9 +47,8 @@ func Expand(groups []Group, cat Catalog, backend string, d Defaults) ([]CaseSpec
 			Duration: intOr(g.Duration, d.Duration),
 			Warmup:   intOr(g.Warmup, d.Warmup),
 			CPUs:     d.CPUs,
-			MTU:      intOr(g.MTU, d.MTU),
-			Nodes:    intOr(g.Nodes, d.Nodes),
 		}
+		mtu, nodes, copies := intOr(g.MTU, d.MTU), intOr(g.Nodes, d.Nodes), intOr(g.Copies, 1)
 		if g.CPUs != nil {
 			spec.CPUs = *g.CPUs
 		}
@@ -65,36 +68,43 @@ func Expand(groups []Group, cat Catalog, backend string, d Defaults) ([]CaseSpec
 								for _, rep := range res.replicas {
 									for _, proxy := range res.proxies {
 										for _, policy := range res.policyNames {
-											cs := result.Case{
-												Scenario:  g.Scenario,
-												Backend:   backend,
-												Dataplane: dp,
-												Proxy:     proxy,
-												Policy:    policy,
-												Placement: pl,
-												Protocol:  proto,
-												Tool:      tool,
-												Services:  svc,
-												Policies:  pol,
-												Pods:      pods,
-												Replicas:  rep,
-											}
-											cs.ID = cs.WithParts(g.Proxy != nil, g.Policy != nil)
-											if info.Check != nil {
-												if err := info.Check(cs); err != nil {
-													return nil, c.fail("", -1, "case %s: %v", cs.ID, err)
+											for cp := 1; cp <= copies; cp++ {
+												cs := result.Case{
+													Scenario:  g.Scenario,
+													Backend:   backend,
+													Dataplane: dp,
+													Proxy:     proxy,
+													Policy:    policy,
+													Placement: pl,
+													Protocol:  proto,
+													Tool:      tool,
+													Services:  svc,
+													Policies:  pol,
+													Pods:      pods,
+													Replicas:  rep,
+													MTU:       mtu,
+													Nodes:     nodes,
 												}
-											}
-											if j, dup := seen[cs.ID]; dup {
-												if prev := out[j].Case; prev != cs {
-													return nil, conflict(c, prev, cs)
+												if copies > 1 {
+													cs.Copy = cp
 												}
-												continue
+												cs.ID = cs.WithParts(g.Proxy != nil, g.Policy != nil)
+												if info.Check != nil {
+													if err := info.Check(cs); err != nil {
+														return nil, c.fail("", -1, "case %s: %v", cs.ID, err)
+													}
+												}
+												s := spec
+												s.Case = cs
+												if j, dup := seen[cs.ID]; dup {
+													if err := conflict(c, group[cs.ID], out[j], s); err != nil {
+														return nil, err
+													}
+													continue
+												}
+												seen[cs.ID], group[cs.ID] = len(out), gi
+												out = append(out, s)
 											}
-											seen[cs.ID] = len(out)
-											s := spec
-											s.Case = cs
-											out = append(out, s)
 										}
 									}
 								}
@@ -115,9 +125,25 @@ func intOr(p *int, def int) int {
 	return def
 }
 
-// conflict is the error for a case that has the ID of an earlier, different case.
-func conflict(c checker, prev, cs result.Case) error {
-	return c.fail("", -1, "case %s is already planned with different settings", cs.ID)
+// conflict is the error for a case planned again (by group c) with the ID of an earlier case
+// (planned by group prevGroup) but other labels or settings; nil when the two are the same.
+func conflict(c checker, prevGroup int, prev, cs CaseSpec) error {
+	what := ""
+	switch {
+	case prev.Case != cs.Case:
+		what = fmt.Sprintf("labels (%+v, here %+v)", prev.Case, cs.Case)
+	case prev.Repeat != cs.Repeat:
+		what = fmt.Sprintf("repeat %d (here %d)", prev.Repeat, cs.Repeat)
+	case prev.Duration != cs.Duration:
+		what = fmt.Sprintf("duration %d (here %d)", prev.Duration, cs.Duration)
+	case prev.Warmup != cs.Warmup:
+		what = fmt.Sprintf("warmup %d (here %d)", prev.Warmup, cs.Warmup)
+	case prev.CPUs != cs.CPUs:
+		what = fmt.Sprintf("cpus %d,%d (here %d,%d)", prev.CPUs[0], prev.CPUs[1], cs.CPUs[0], cs.CPUs[1])
+	default:
+		return nil
+	}
+	return c.fail("", -1, "case %s is already planned by group [%d] with %s: a case has one setting per run (plan the other in a second run, or make it a different case)", cs.Case.ID, prevGroup, what)
 }
 
 // checkDefaults checks the caller's defaults with the same ranges as the plan keys.

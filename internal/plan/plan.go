@@ -38,7 +38,7 @@ import (
 var Keys = []string{
 	"scenario", "dataplane", "placement", "protocol",
 	"services", "policies", "pods", "replicas", "proxy", "policy",
-	"repeat", "duration", "warmup", "cpus", "mtu", "nodes",
+	"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies",
 }
 
 // Placements are the placements a scenario allows when its scenario.Info.Placements is nil.
@@ -75,6 +75,7 @@ type Group struct {
 	CPUs      *[2]int  `yaml:"cpus,omitempty,flow"`
 	MTU       *int     `yaml:"mtu,omitempty"` // underlay MTU
 	Nodes     *int     `yaml:"nodes,omitempty"`
+	Copies    *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
 
 	// Source is where the group came from (the plan file path, or "flags"); Validate and
 	// Expand name it in errors. Load and FromFlags set it.
@@ -92,9 +93,10 @@ type Defaults struct {
 }
 
 // BuiltinDefaults returns the built-in defaults: 12 trials of 10 s after a 2 s warm-up trial,
-// client on CPU 0 and server on CPU 1, underlay MTU 1500, 2 nodes.
+// client on CPU 0 and server on CPU 1, underlay MTU 1500, 2 nodes (result.DefaultMTU and
+// result.DefaultNodes: a case id names its MTU and node count only when they differ).
 func BuiltinDefaults() Defaults {
-	return Defaults{Repeat: 12, Duration: 10, Warmup: 2, CPUs: [2]int{0, 1}, MTU: 1500, Nodes: 2}
+	return Defaults{Repeat: 12, Duration: 10, Warmup: 2, CPUs: [2]int{0, 1}, MTU: result.DefaultMTU, Nodes: result.DefaultNodes}
 }
 
 // CaseSpec is one expanded case with its run parameters (defined in result, where runs
@@ -181,6 +183,7 @@ func (g Group) clone() Group {
 	c.CPUs = ptrClone(g.CPUs)
 	c.MTU = ptrClone(g.MTU)
 	c.Nodes = ptrClone(g.Nodes)
+	c.Copies = ptrClone(g.Copies)
 	if g.flagKeys != nil {
 		c.flagKeys = make(map[string]bool, len(g.flagKeys))
 		for k, v := range g.flagKeys {
@@ -233,6 +236,8 @@ func (g *Group) intPtr(k string) **int {
 		return &g.MTU
 	case "nodes":
 		return &g.Nodes
+	case "copies":
+		return &g.Copies
 	}
 	return nil
 }

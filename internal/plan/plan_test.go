@@ -44,7 +44,7 @@ func testCatalog() Catalog {
 	}
 }
 
-const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, repeat, duration, warmup, cpus, mtu, nodes"
+const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, repeat, duration, warmup, cpus, mtu, nodes, copies"
 
 func mustParse(t *testing.T, text string) []Group {
 	t.Helper()
@@ -379,7 +379,7 @@ func TestExpandQuickPlan(t *testing.T) {
 		if c.Tool != wantTool {
 			t.Errorf("%s: tool %q, want %q", c.ID, c.Tool, wantTool)
 		}
-		if s.Repeat != 3 || s.Duration != 1 || s.Warmup != 1 || s.CPUs != [2]int{0, 1} || s.MTU != 1500 || s.Nodes != 2 {
+		if s.Repeat != 3 || s.Duration != 1 || s.Warmup != 1 || s.CPUs != [2]int{0, 1} || c.MTU != 1500 || c.Nodes != 2 {
 			t.Errorf("%s: params %+v", c.ID, s)
 		}
 	}
@@ -455,7 +455,7 @@ func TestExpandDefaultsAndOrder(t *testing.T) {
 	}
 	s := specs[0]
 	b := BuiltinDefaults()
-	if s.Repeat != b.Repeat || s.Duration != b.Duration || s.Warmup != b.Warmup || s.CPUs != b.CPUs || s.MTU != b.MTU || s.Nodes != b.Nodes {
+	if s.Repeat != b.Repeat || s.Duration != b.Duration || s.Warmup != b.Warmup || s.CPUs != b.CPUs || s.Case.MTU != b.MTU || s.Case.Nodes != b.Nodes {
 		t.Errorf("defaults not applied: %+v", s)
 	}
 	if s.Case.Backend != "kind" {
@@ -491,7 +491,7 @@ func TestExpandDedup(t *testing.T) {
   dataplane: [calico, flannel-hostgw]
   placement: intra
   protocol: tcp
-  repeat: 5
+  repeat: 3
 `)
 	specs, err := Expand(g, testCatalog(), "lab", BuiltinDefaults())
 	if err != nil {
@@ -505,8 +505,79 @@ func TestExpandDedup(t *testing.T) {
 	if got := ids(specs); !reflect.DeepEqual(got, want) {
 		t.Errorf("ids\n got %v\nwant %v", got, want)
 	}
-	if specs[2].Repeat != 3 || specs[4].Repeat != 5 {
-		t.Errorf("the first of a duplicate must win: calico repeat %d, hostgw repeat %d", specs[2].Repeat, specs[4].Repeat)
+}
+
+// A case planned twice with different settings is an error naming both groups and the
+// setting (it used to keep the first group's silently).
+func TestExpandConflictingSettings(t *testing.T) {
+	for key, vals := range map[string][2]string{"repeat": {"3", "5"}, "duration": {"1", "10"}, "warmup": {"0", "2"}, "cpus": {"0,1", "1,0"}} {
+		g := mustParse(t, fmt.Sprintf(`
+- scenario: p2p
+  dataplane: calico
+  placement: intra
+  protocol: tcp
+  %[1]s: %[2]s
+- scenario: p2p
+  dataplane: [flannel, calico]
+  placement: intra
+  protocol: tcp
+  %[1]s: %[3]s
+`, key, vals[0], vals[1]))
+		_, err := Expand(g, testCatalog(), "lab", BuiltinDefaults())
+		if err == nil || !strings.Contains(err.Error(), "p2p/calico/intra/tcp is already planned by group [0] with "+key) || !strings.Contains(err.Error(), "[1]") {
+			t.Errorf("%s: err = %v", key, err)
+		}
+	}
+}
+
+// MTU and node count are case labels: a plan sweeps them into distinct cases (they used to be
+// merged into one case, the first group's), the ids name values other than the defaults, and
+// copies plan labelled copies of each case.
+func TestExpandSweepsMTUNodesCopies(t *testing.T) {
+	g := mustParse(t, `
+- scenario: p2p
+  dataplane: flannel
+  placement: inter
+  protocol: tcp
+- scenario: p2p
+  dataplane: flannel
+  placement: inter
+  protocol: tcp
+  mtu: 9000
+- scenario: p2p
+  dataplane: flannel
+  placement: inter
+  protocol: tcp
+  nodes: 3
+- scenario: p2p
+  dataplane: calico
+  placement: inter
+  protocol: crr
+  copies: 2
+`)
+	specs, err := Expand(g, testCatalog(), "lab", BuiltinDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"p2p/flannel/inter/tcp", "p2p/flannel/inter/tcp/mtu=9000", "p2p/flannel/inter/tcp/nodes=3",
+		"p2p/calico/inter/crr", "p2p/calico/inter/crr/copy=2"}
+	if got := ids(specs); !reflect.DeepEqual(got, want) {
+		t.Fatalf("ids\n got %v\nwant %v", got, want)
+	}
+	if c := specs[1].Case; c.MTU != 9000 || c.Nodes != 2 {
+		t.Errorf("mtu case labels %+v", c)
+	}
+	if c := specs[2].Case; c.MTU != 1500 || c.Nodes != 3 {
+		t.Errorf("nodes case labels %+v", c)
+	}
+	if specs[3].Case.Copy != 1 || specs[4].Case.Copy != 2 || specs[0].Case.Copy != 0 {
+		t.Errorf("copies %d %d %d", specs[0].Case.Copy, specs[3].Case.Copy, specs[4].Case.Copy)
+	}
+	if specs[3].Case.CompareKey() == specs[4].Case.CompareKey() {
+		t.Error("copies share a compare key")
+	}
+	if _, err := Expand(mustParse(t, "- scenario: p2p\n  copies: 11\n"), testCatalog(), "lab", BuiltinDefaults()); err == nil || !strings.Contains(err.Error(), "[0].copies: 11 out of range (1..10)") {
+		t.Errorf("copies 11: %v", err)
 	}
 }
 

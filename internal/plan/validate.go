@@ -23,6 +23,7 @@ var ranges = map[string]bounds{
 	"warmup":   {0, 600},
 	"mtu":      {576, 9000}, // the pod MTU after overlay overhead is the lab's to check
 	"nodes":    {2, 64},
+	"copies":   {1, 10},
 }
 
 // Validate checks groups against the catalog and returns the first problem as a one-line
@@ -227,7 +228,7 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Scalars.
-	for _, key := range []string{"repeat", "duration", "warmup", "cpus", "mtu", "nodes"} {
+	for _, key := range []string{"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies"} {
 		if key == "cpus" {
 			if g.CPUs != nil {
 				if msg := checkCPUs(*g.CPUs, cat.NumCPU); msg != "" {

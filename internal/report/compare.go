@@ -254,7 +254,7 @@ func primary(r *result.CaseResult) (string, result.MetricSummary, bool) {
 	if r == nil || r.Status != "ok" {
 		return "", result.MetricSummary{}, false
 	}
-	pm := Primary(r.Case)
+	pm := r.Case.Primary()
 	m, ok := r.Metrics[pm]
 	return pm, m, ok
 }

@@ -11,51 +11,41 @@ import (
 	"github.com/cnibench/cnibench/internal/result"
 )
 
-// BaselineFor names the baseline case a pod result is compared with: the bare veth pair for
-// intra-node cases, node to node over the underlay for inter-node cases. "" for baselines.
-func BaselineFor(c result.Case) string {
-	if c.Scenario == "baseline" {
-		return ""
-	}
-	b := result.Case{Scenario: "baseline", Dataplane: "bare", Placement: "intra", Protocol: c.Protocol}
-	if c.Placement == "inter" {
-		b.Dataplane, b.Placement = "node2node", "inter"
-	}
-	return b.MakeID()
-}
-
-// Primary is the metric a case is judged by: received throughput for streams, the
-// transaction rate for request/response and connect/request/response, and for HTTP the
-// seed's time to first byte (mean of the central 4 of 6 fetches; lower is better).
-func Primary(c result.Case) string {
-	switch c.Protocol {
-	case "tcp", "udp":
-		return "throughput_bps"
-	case "http":
-		return "ttfb_seed_ms"
-	}
-	return "transactions_per_s"
-}
-
 // Table writes one row per case: the primary metric's trimmed mean with the half-width of its
-// 95 % CI (relative) and CV,
-// latency percentiles or UDP loss, client/server CPU, and the ratio to the matching baseline.
+// 95 % CI (relative) and CV, the trials it rests on (and those disturbed by steal), latency
+// percentiles or UDP loss, client/server CPU, and the paired ratio to the matching baseline
+// with its interval. Below it: the other paired comparisons of the run, and what the reader
+// must know (disturbed trials, convergence, notes).
 func Table(w io.Writer, s result.Summary) error {
 	byID := map[string]result.CaseResult{}
 	for _, r := range s.Results {
 		byID[r.Case.ID] = r
 	}
+	baseline := map[string]result.Comparison{}
+	for _, c := range s.Comparisons {
+		if c.Kind == "baseline" {
+			baseline[c.Case] = c
+		}
+	}
+	conv := false
+	for _, r := range s.Results {
+		conv = conv || r.Convergence != nil
+	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CASE\tRESULT\tCI95 ±\tCV\tDETAIL\tCPU CLI/SRV %\tVS BASELINE")
+	head := "CASE\tRESULT\tCI95 ±\tCV\tTRIALS\tDETAIL\tCPU CLI/SRV\tVS BASELINE (95% CI)"
+	if conv {
+		head += "\tCONVERGED"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range s.Results {
 		if r.Status != "ok" {
-			fmt.Fprintf(tw, "%s\t%s\t\t\t%s\t\t\n", r.Case.ID, r.Status, clip(r.Reason, 70))
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\t%s\t\t\n", r.Case.ID, r.Status, clip(r.Reason, 70))
 			continue
 		}
-		pm := Primary(r.Case)
+		pm := r.Case.Primary()
 		m, ok := r.Metrics[pm]
 		if !ok {
-			fmt.Fprintf(tw, "%s\tno %s\t\t\t\t\t\n", r.Case.ID, pm)
+			fmt.Fprintf(tw, "%s\tno %s\t\t\t\t\t\t\n", r.Case.ID, pm)
 			continue
 		}
 		val, ci := format(pm, m.TrimmedMean), ciHalfWidth(m)
@@ -70,32 +60,140 @@ func Table(w io.Writer, s result.Summary) error {
 			detail = fmt.Sprintf("TTFB p50 %.2f / p99 %.2f ms, %.2f Gbit/s, %.0f replicas served", p50.TrimmedMean,
 				r.Metrics["ttfb_p99_ms"].TrimmedMean, r.Metrics["transfer_bps"].TrimmedMean/1e9, r.Metrics["replicas_served"].Min)
 		}
-		cpu := ""
-		if c, ok := r.Metrics["cpu_client_pct"]; ok {
-			cpu = fmt.Sprintf("%.0f/%.0f", c.TrimmedMean, r.Metrics["cpu_server_pct"].TrimmedMean)
+		row := fmt.Sprintf("%s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\t%s", r.Case.ID, val, ci, 100*m.CV, trials(m, r), detail, cpu(r), vsBaseline(r, pm, m, byID, baseline))
+		if conv {
+			row += "\t" + converged(r.Convergence)
 		}
-		ratio := "-"
-		if b, ok := byID[BaselineFor(r.Case)]; ok && b.Status == "ok" {
-			if bm, ok := b.Metrics[pm]; ok && bm.TrimmedMean > 0 {
-				ratio = fmt.Sprintf("%.2fx", m.TrimmedMean/bm.TrimmedMean)
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f%%\t%s\t%s\t%s\n", r.Case.ID, val, ci, 100*m.CV, detail, cpu, ratio)
+		fmt.Fprintln(tw, row)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	var stolen []string
+	io.WriteString(w, cpuLegend)
+	fmt.Fprintln(w, "Ratios are paired by round (trial k of both cases ran in the same round); \"no difference\" when the 95% CI holds 1.0.")
+	comparisons(w, s.Comparisons)
+	footnotes(w, s)
+	return nil
+}
+
+// cpuLegend says what the CPU column's units are.
+const cpuLegend = "\nCPU: %core = the tool process's CPU time in % of one core (iperf3); %host = the whole host's CPU as netperf measures it.\n"
+
+// trials is how many trials the primary metric rests on, with the disturbed ones left out.
+func trials(m result.MetricSummary, r result.CaseResult) string {
+	s := fmt.Sprint(m.N)
+	if r.Disturbed > 0 {
+		s += fmt.Sprintf(" (-%d dist.", r.Disturbed)
+		if r.Lost > 0 {
+			s += fmt.Sprintf(", %d lost", r.Lost)
+		}
+		s += ")"
+	}
+	return s
+}
+
+// cpu renders the client and server CPU figures with their unit.
+func cpu(r result.CaseResult) string {
+	for _, k := range []struct{ prefix, unit string }{{"cpu_%s_proc_pct", "%core"}, {"cpu_%s_host_pct", "%host"}} {
+		c, okc := r.Metrics[fmt.Sprintf(k.prefix, "client")]
+		sv, oks := r.Metrics[fmt.Sprintf(k.prefix, "server")]
+		if !okc && !oks {
+			continue
+		}
+		num := func(m result.MetricSummary, ok bool) string {
+			if !ok || m.N == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.0f", m.TrimmedMean)
+		}
+		return num(c, okc) + "/" + num(sv, oks) + " " + k.unit
+	}
+	return ""
+}
+
+// vsBaseline is the paired ratio to the case's baseline with its interval; without a paired
+// comparison (a summary written before them) the ratio of the two trimmed means, said to be
+// unpaired.
+func vsBaseline(r result.CaseResult, pm string, m result.MetricSummary, byID map[string]result.CaseResult, paired map[string]result.Comparison) string {
+	if c, ok := paired[r.Case.ID]; ok && c.N > 0 {
+		return Ratio(c.RatioSummary)
+	}
+	if b, ok := byID[r.Case.BaselineID()]; ok && b.Status == "ok" {
+		if bm, ok := b.Metrics[pm]; ok && bm.TrimmedMean > 0 {
+			return fmt.Sprintf("%.2fx (unpaired)", m.TrimmedMean/bm.TrimmedMean)
+		}
+	}
+	return "-"
+}
+
+// Ratio renders a paired ratio: "0.72x [0.68, 0.77]", and "no difference" when the interval
+// holds 1.0.
+func Ratio(r result.RatioSummary) string {
+	if r.N < 2 {
+		return fmt.Sprintf("%.2fx (1 round)", r.Ratio)
+	}
+	s := fmt.Sprintf("%.2fx [%.2f, %.2f]", r.Ratio, r.CI95Low, r.CI95High)
+	if !r.Differs() {
+		s += " no difference"
+	}
+	return s
+}
+
+func converged(c *result.Convergence) string {
+	switch {
+	case c == nil:
+		return ""
+	case c.Converged:
+		return fmt.Sprintf("yes (%.1f%% <= %g%%, %d trials)", c.HalfWidthPct, c.TargetPct, c.Trials)
+	}
+	return fmt.Sprintf("no (%.1f%% > %g%% after %d trials: %s)", c.HalfWidthPct, c.TargetPct, c.Trials, c.Reason)
+}
+
+// comparisons lists the run's paired comparisons other than to baselines.
+func comparisons(w io.Writer, cs []result.Comparison) {
+	var lines []string
+	for _, c := range cs {
+		if c.Kind == "baseline" || c.N == 0 {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("  %s vs %s (%s, %s): %s", c.Case, c.Reference, c.Kind, c.Metric, Ratio(c.RatioSummary)))
+	}
+	if len(lines) > 0 {
+		fmt.Fprintf(w, "\npaired comparisons inside this run (ratio over the rounds both cases ran, 95%% CI):\n%s\n", strings.Join(lines, "\n"))
+	}
+}
+
+// footnotes say what the reader must know: trials disturbed by steal, high mean steal among
+// the trials kept (a run with --max-steal off), notes on the tools' figures.
+func footnotes(w io.Writer, s result.Summary) {
+	var dist, lost int
+	var stolen, notes []string
 	for _, r := range s.Results {
+		dist += r.Disturbed
+		lost += r.Lost
 		if st, ok := r.Metrics["cpu_node_steal_pct"]; ok && st.Mean > StealWarnPct {
 			stolen = append(stolen, fmt.Sprintf("%s %.0f%%", r.Case.ID, st.Mean))
 		}
+		for _, n := range r.Notes {
+			notes = append(notes, r.Case.ID+": "+n)
+		}
+	}
+	if dist > 0 {
+		fmt.Fprintf(w, "\n%d trial(s) were disturbed (the hypervisor took more CPU than --max-steal allows): kept in results.jsonl, left out of the statistics", dist)
+		if lost > 0 {
+			fmt.Fprintf(w, "; %d could not be made good by a re-run (--max-reruns)", lost)
+		} else {
+			fmt.Fprint(w, " and run again")
+		}
+		fmt.Fprintln(w, ".")
 	}
 	if len(stolen) > 0 {
 		fmt.Fprintf(w, "\nwarning: the hypervisor took more than %.0f%% of the CPU (steal) during %d case(s); their figures are noisy:\n  %s\n",
 			StealWarnPct, len(stolen), strings.Join(stolen, ", "))
 	}
-	return nil
+	if len(notes) > 0 {
+		fmt.Fprintf(w, "\nnotes:\n  %s\n", strings.Join(notes, "\n  "))
+	}
 }
 
 // StealWarnPct is the mean CPU steal above which the table warns that a case's figures are

@@ -25,10 +25,26 @@ type Case struct {
 	Policies  int    `json:"policies"`
 	Pods      int    `json:"pods"`
 	Replicas  int    `json:"replicas"`
+	// MTU and Nodes are the lab's underlay MTU and node count (0 where the backend does not set
+	// them: a real cluster has its own); they are in the id only when a plan sweeps them.
+	MTU   int `json:"mtu,omitempty"`
+	Nodes int `json:"nodes,omitempty"`
+	// Copy numbers identical copies of a case (plan key copies: an A/A test measures the
+	// noise between two copies); 0 and 1 are the first copy, later ones have "/copy=N" in the id.
+	Copy int `json:"copy,omitempty"`
 }
 
+// DefaultMTU and DefaultNodes are the lab's underlay MTU and node count when a plan sets none;
+// a case id names others ("/mtu=9000", "/nodes=3").
+const (
+	DefaultMTU   = 1500
+	DefaultNodes = 2
+)
+
 // MakeID builds the case id "scenario/dataplane/placement/protocol", with scale suffixes
-// (e.g. "/svc=100") only when a scale dimension is set, so ids stay stable across backends.
+// (e.g. "/svc=100") only when a scale dimension is set, so ids stay stable across backends;
+// then "/mtu=N" and "/nodes=N" when they are set and not the defaults, and "/copy=N" for
+// the second and later copies of a case.
 func (c Case) MakeID() string {
 	return c.joinID(c.Scenario, c.Dataplane, c.Placement, c.Protocol)
 }
@@ -59,7 +75,23 @@ func (c Case) joinID(parts ...string) string {
 	if c.Replicas > 1 {
 		parts = append(parts, fmt.Sprintf("rep=%d", c.Replicas))
 	}
+	if c.MTU != 0 && c.MTU != DefaultMTU {
+		parts = append(parts, fmt.Sprintf("mtu=%d", c.MTU))
+	}
+	if c.Nodes != 0 && c.Nodes != DefaultNodes {
+		parts = append(parts, fmt.Sprintf("nodes=%d", c.Nodes))
+	}
+	if c.Copy > 1 {
+		parts = append(parts, fmt.Sprintf("copy=%d", c.Copy))
+	}
 	return strings.Join(parts, "/")
+}
+
+// Load is how many objects the case loads its cluster with beyond the measuring pods:
+// Services, NetworkPolicies, silent pods and server replicas past the first. Cases with no
+// load can share a data plane without changing what each measures.
+func (c Case) Load() int {
+	return c.Services + c.Policies + c.Pods + max(c.Replicas-1, 0)
 }
 
 // WithParts returns the id with the case's proxy and policy appended ("/proxy=nftables"): a
@@ -88,6 +120,33 @@ func (c Case) Variant() string {
 	return v
 }
 
+// Primary is the metric a case is judged by: received throughput for streams, the
+// transaction rate for request/response and connect/request/response, and for HTTP the
+// seed's time to first byte (mean of the central 4 of 6 fetches; lower is better).
+func (c Case) Primary() string {
+	switch c.Protocol {
+	case "tcp", "udp":
+		return "throughput_bps"
+	case "http":
+		return "ttfb_seed_ms"
+	}
+	return "transactions_per_s"
+}
+
+// BaselineID names the baseline case a pod result is compared with: the bare veth pair for
+// intra-node cases, node to node over the underlay for inter-node cases, same protocol and
+// lab shape (MTU, nodes). "" for baselines.
+func (c Case) BaselineID() string {
+	if c.Scenario == "baseline" {
+		return ""
+	}
+	b := Case{Scenario: "baseline", Dataplane: "bare", Placement: "intra", Protocol: c.Protocol, MTU: c.MTU, Nodes: c.Nodes}
+	if c.Placement == "inter" {
+		b.Dataplane, b.Placement = "node2node", "inter"
+	}
+	return b.MakeID()
+}
+
 // Slug is the case id made safe for a file or directory name.
 func (c Case) Slug() string {
 	r := strings.NewReplacer("/", "-", "=", "", " ", "_")
@@ -108,8 +167,12 @@ type Trial struct {
 	// Conditions the trial ran under that are not case labels (pinned CPUs, underlay MTU, nodes).
 	Conditions map[string]any `json:"conditions,omitempty"`
 	// Status is "ok" for a measured trial, "skipped" when the case cannot run here (Error
-	// holds the reason) and "failed" when the tool failed.
+	// holds the reason), "failed" when the tool failed and "disturbed" when the hypervisor took
+	// more CPU (steal) than the run allows: a disturbed trial keeps its metrics, is left out of
+	// the statistics and is run again.
 	Status string `json:"status,omitempty"`
+	// Notes say what was done to the tool's figures (a value out of range left out, ...).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // MetricSummary is the aggregate of one metric over a case's trials.
@@ -132,6 +195,48 @@ type CaseResult struct {
 	Status  string                   `json:"status"` // ok | skipped | failed
 	Reason  string                   `json:"reason,omitempty"`
 	Metrics map[string]MetricSummary `json:"metrics,omitempty"`
+	// Disturbed counts the trials left out because the hypervisor took too much CPU; Lost is
+	// how many of them were not made good by a re-run (the re-run bound was reached).
+	Disturbed int `json:"disturbed,omitempty"`
+	Lost      int `json:"lost,omitempty"`
+	// Convergence is set when the run had a CI target (--ci-target).
+	Convergence *Convergence `json:"convergence,omitempty"`
+	// Notes are the distinct notes of the case's trials.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Convergence says whether a case's headline CI reached the run's target.
+type Convergence struct {
+	TargetPct    float64 `json:"target_pct"`     // wanted: 95 % CI half-width within this % of the headline value
+	HalfWidthPct float64 `json:"half_width_pct"` // reached
+	Converged    bool    `json:"converged"`
+	Trials       int     `json:"trials"`           // measured trials in the statistics
+	Reason       string  `json:"reason,omitempty"` // why it stopped without converging
+}
+
+// RatioSummary is a paired comparison of one metric between two cases: the ratio
+// case/reference over the rounds in which both were measured, from the log ratios of each
+// round (its geometric mean, trimmed as the headline statistic), with a 95 % interval.
+type RatioSummary struct {
+	N        int     `json:"n"` // rounds paired
+	Ratio    float64 `json:"ratio"`
+	CI95Low  float64 `json:"ci95_low"`
+	CI95High float64 `json:"ci95_high"`
+}
+
+// Differs tells whether the interval excludes 1.0: only then do the two cases differ.
+func (r RatioSummary) Differs() bool { return r.N >= 2 && (r.CI95Low > 1 || r.CI95High < 1) }
+
+// Comparison is one paired comparison inside a run.
+type Comparison struct {
+	Case      string `json:"case"`      // case id
+	Reference string `json:"reference"` // case id of what it is compared with
+	// Kind says what differs: "baseline" (a pod result against its baseline), "dataplane",
+	// "proxy", "policy", "scale" (services, policies, pods or replicas against the smallest),
+	// "copy" (an A/A copy against the first).
+	Kind   string `json:"kind"`
+	Metric string `json:"metric"`
+	RatioSummary
 }
 
 // Summary is summary.json.
@@ -139,6 +244,7 @@ type Summary struct {
 	Run         string         `json:"run"`
 	Environment map[string]any `json:"environment"`
 	Results     []CaseResult   `json:"results"`
+	Comparisons []Comparison   `json:"comparisons,omitempty"`
 }
 
 // CaseSpec is a case with the conditions it runs under: what a plan expands into and what a
@@ -149,6 +255,4 @@ type CaseSpec struct {
 	Duration int    `json:"duration"`
 	Warmup   int    `json:"warmup"`
 	CPUs     [2]int `json:"cpus"`
-	MTU      int    `json:"mtu"`
-	Nodes    int    `json:"nodes"`
 }

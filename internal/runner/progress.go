@@ -12,8 +12,8 @@ import (
 	"github.com/cnibench/cnibench/internal/result"
 )
 
-// Progress reports a run: on a terminal one live line (case i/n, trial, ETA); otherwise plain
-// log lines, one per event.
+// Progress reports a run: on a terminal one live line (trial i of n, case, ETA); otherwise
+// plain log lines, one per event.
 type Progress struct {
 	mu       sync.Mutex
 	w        io.Writer
@@ -21,9 +21,8 @@ type Progress struct {
 	start    time.Time
 	total    float64 // planned seconds of measurement
 	spent    float64 // planned seconds already behind us
-	cases    int
-	caseIdx  int
-	current  string
+	trials   int     // trials planned
+	ran      int     // trials run
 	lineOpen bool
 }
 
@@ -33,38 +32,33 @@ func NewProgress(w io.Writer, tty bool) *Progress { return &Progress{w: w, tty: 
 // crrPad is the time netserver waits past the test length at the end of a TCP_CRR test.
 const crrPad = 4
 
-func planned(c result.CaseSpec, trials int) float64 {
-	s := float64(trials*c.Duration+c.Warmup) + 1 // ~1 s of set-up per case
-	if c.Case.Protocol == "crr" {
-		s += crrPad * float64(trials+1)
+// tcpOmit is the second of slow start iperf3 runs before a TCP trial and leaves out.
+const tcpOmit = 1
+
+// trialSeconds is how long one trial of c takes, about.
+func trialSeconds(c result.CaseSpec, d int) float64 {
+	s := float64(d)
+	switch c.Case.Protocol {
+	case "crr":
+		s += crrPad
+	case "tcp":
+		s += tcpOmit
 	}
 	return s
 }
 
 // Begin announces the cases and what is left of them.
-func (p *Progress) Begin(cases []result.CaseSpec, done map[string]map[int]bool) {
+func (p *Progress) Begin(cases []*caseState) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.start, p.cases = time.Now(), len(cases)
+	p.start = time.Now()
 	for _, c := range cases {
-		left := c.Repeat - len(done[c.Case.ID])
-		if left > 0 && !done[c.Case.ID][skippedTrial] {
-			p.total += planned(c, left)
+		if n := len(c.pending()); n > 0 {
+			p.trials += n
+			p.total += float64(n)*trialSeconds(c.cs, c.cs.Duration) + trialSeconds(c.cs, c.cs.Warmup) + 1 // ~1 s of set-up
 		}
 	}
-	p.logf("%d cases, about %s of measurement", len(cases), fmtDur(p.total))
-}
-
-// StartCase marks a case as current.
-func (p *Progress) StartCase(c result.CaseSpec) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.caseIdx++
-	p.current = c.Case.ID
-	p.spent += planned(c, 0)
-	if !p.tty {
-		p.logf("case %d/%d %s", p.caseIdx, p.cases, c.Case.ID)
-	}
+	p.logf("%d cases, %d trials, about %s of measurement", len(cases), p.trials, fmtDur(p.total))
 }
 
 // Skip reports a case that cannot run (skipped) or could not be set up (failed).
@@ -78,26 +72,30 @@ func (p *Progress) Skip(c result.CaseSpec, err error) {
 	p.logf("%s %s: %s", verb, c.Case.ID, oneLine(err.Error()))
 }
 
-// Trial marks the start of trial t.
-func (p *Progress) Trial(c result.CaseSpec, t int) {
+// Trial marks the start of trial t of target.
+func (p *Progress) Trial(c result.CaseSpec, t, target int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.tty {
-		p.live(fmt.Sprintf("[%d/%d] %s trial %d/%d", p.caseIdx, p.cases, c.Case.ID, t, c.Repeat))
+		p.live(fmt.Sprintf("[%d/%d] %s trial %d/%d", p.ran+1, max(p.trials, p.ran+1), c.Case.ID, t, target))
 	}
 }
 
 // TrialDone reports a finished trial.
-func (p *Progress) TrialDone(c result.CaseSpec, t int, m map[string]float64, err error) {
+func (p *Progress) TrialDone(c result.CaseSpec, t, target int, tr result.Trial) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.spent += planned(c, 1) - planned(c, 0)
-	msg := headline(m)
-	if err != nil {
-		msg = "failed: " + oneLine(err.Error())
+	p.ran++
+	p.spent += trialSeconds(c, c.Duration)
+	msg := headline(tr.Metrics)
+	switch tr.Status {
+	case "failed":
+		msg = "failed: " + tr.Error
+	case "disturbed":
+		msg += " - disturbed: " + tr.Error
 	}
-	if !p.tty || err != nil {
-		p.logf("  %s trial %d/%d: %s", c.Case.ID, t, c.Repeat, msg)
+	if !p.tty || tr.Status != "ok" {
+		p.logf("  %s trial %d/%d: %s", c.Case.ID, t, target, msg)
 	}
 }
 
@@ -113,7 +111,7 @@ func (p *Progress) End() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.clearLine()
-	p.logf("done in %s", fmtDur(time.Since(p.start).Seconds()))
+	p.logf("done in %s (%d trials)", fmtDur(time.Since(p.start).Seconds()), p.ran)
 }
 
 func (p *Progress) logf(format string, args ...any) {
@@ -163,6 +161,9 @@ func headline(m map[string]float64) string {
 	}
 	if v, ok := m["ttfb_seed_ms"]; ok {
 		parts = append(parts, fmt.Sprintf("TTFB %.2f ms (p99 %.2f), %.2f Gbit/s", v, m["ttfb_p99_ms"], m["transfer_bps"]/1e9))
+	}
+	if v, ok := m["cpu_node_steal_pct"]; ok && v >= 1 {
+		parts = append(parts, fmt.Sprintf("steal %.0f%%", v))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -14,7 +14,7 @@ import (
 // is node to node over the underlay through host-network pods.
 type baseline struct{}
 
-func init() { register(baseline{}) }
+func init() { Register(baseline{}) }
 
 func (baseline) Name() string { return "baseline" }
 
@@ -37,13 +37,13 @@ func (baseline) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, op
 		if !ok {
 			return nil, cluster.Unsupported("baseline bare needs two namespaces joined by one veth pair, which backend %s cannot make", cl.Facts().Backend)
 		}
-		client, server, err := bp.BarePair(ctx, "client", "server")
+		client, server, err := bp.BarePair(ctx, podName(opt, "client"), podName(opt, "server"))
 		if err != nil {
 			return nil, err
 		}
 		return startPair(ctx, cl, c, opt, client, server, []string{client.Name, server.Name})
 	case "node2node":
-		client, server, err := createPair(ctx, cl, c.Placement, true)
+		client, server, err := createPair(ctx, cl, opt, c.Placement, true)
 		if err != nil {
 			return nil, err
 		}

@@ -13,7 +13,7 @@ import (
 // p2p: pod to pod, intra and inter node (seed 001 §5.2.1).
 type p2p struct{}
 
-func init() { register(p2p{}) }
+func init() { Register(p2p{}) }
 
 func (p2p) Name() string { return "p2p" }
 
@@ -29,7 +29,7 @@ func (p2p) Info() Info {
 }
 
 func (p2p) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Options) (Fixture, error) {
-	client, server, err := createPair(ctx, cl, c.Placement, false)
+	client, server, err := createPair(ctx, cl, opt, c.Placement, false)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ import (
 // the policies are really enforced.
 type p2pPolicies struct{}
 
-func init() { register(p2pPolicies{}) }
+func init() { Register(p2pPolicies{}) }
 
 func (p2pPolicies) Name() string { return "p2p-policies" }
 
@@ -38,6 +38,7 @@ func (p2pPolicies) Info() Info {
 		DefaultProtocols:  []string{"tcp", "udp", "rr", "crr"},
 		Params:            []string{"pods", "policies", "policy"},
 		Check:             checkPolicies,
+		Exclusive:         true,
 	}
 }
 
@@ -95,7 +96,7 @@ func (p2pPolicies) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 	if err := checkPolicies(c); err != nil {
 		return nil, err
 	}
-	client, server, err := createPair(ctx, cl, c.Placement, false)
+	client, server, err := createPair(ctx, cl, opt, c.Placement, false)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ import (
 // control and data connections, netperf's control and fixed data port, UDP too).
 type p2s struct{}
 
-func init() { register(p2s{}) }
+func init() { Register(p2s{}) }
 
 func (p2s) Name() string { return "p2s" }
 
@@ -81,7 +81,7 @@ func (p2s) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 	if err != nil {
 		return nil, err
 	}
-	client, server, err := createPair(ctx, cl, c.Placement, false)
+	client, server, err := createPair(ctx, cl, opt, c.Placement, false)
 	if err != nil {
 		return nil, err
 	}

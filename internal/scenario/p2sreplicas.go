@@ -23,7 +23,7 @@ import (
 // distribution over all requests. c.Services-1 extra Services load the data plane as in p2s.
 type p2sReplicas struct{}
 
-func init() { register(p2sReplicas{}) }
+func init() { Register(p2sReplicas{}) }
 
 func (p2sReplicas) Name() string { return "p2s-replicas" }
 

@@ -115,18 +115,26 @@ func placeNodes(ctx context.Context, cl cluster.Cluster, placement string) (stri
 	return "", "", fmt.Errorf("unknown placement %q (valid: intra, inter)", placement)
 }
 
+// podName is a fixture's pod name: role, after the fixture's name when it has one.
+func podName(opt Options, role string) string {
+	if opt.Name == "" {
+		return role
+	}
+	return opt.Name + "-" + role
+}
+
 // createPair creates a client and a server pod for a placement.
-func createPair(ctx context.Context, cl cluster.Cluster, placement string, hostNetwork bool) (cluster.Pod, cluster.Pod, error) {
+func createPair(ctx context.Context, cl cluster.Cluster, opt Options, placement string, hostNetwork bool) (cluster.Pod, cluster.Pod, error) {
 	cn, sn, err := placeNodes(ctx, cl, placement)
 	if err != nil {
 		return cluster.Pod{}, cluster.Pod{}, err
 	}
 	labels := func(role string) map[string]string { return map[string]string{"app": "cnibench", "role": role} }
-	client, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: "client", Node: cn, Labels: labels("client"), HostNetwork: hostNetwork})
+	client, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: podName(opt, "client"), Node: cn, Labels: labels("client"), HostNetwork: hostNetwork})
 	if err != nil {
 		return cluster.Pod{}, cluster.Pod{}, err
 	}
-	server, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: "server", Node: sn, Labels: labels("server"), HostNetwork: hostNetwork, Server: true})
+	server, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: podName(opt, "server"), Node: sn, Labels: labels("server"), HostNetwork: hostNetwork, Server: true})
 	if err != nil {
 		_ = cluster.DeletePod(ctx, cl, client.Name)
 		return cluster.Pod{}, cluster.Pod{}, err

@@ -15,6 +15,9 @@ import (
 // Options are the per-case knobs the runner passes.
 type Options struct {
 	CPUs [2]int // client CPU, server CPU
+	// Name tells apart the fixtures that stand in one cluster at once: their pods are named
+	// after it ("f3-client"); "" when the fixture has its cluster to itself.
+	Name string
 }
 
 // Measurement is one trial's outcome.
@@ -44,6 +47,9 @@ type Info struct {
 	// Check rejects a case whose parameters do not fit together (nil: any case is fine); the
 	// CLI reports it as bad input before building anything.
 	Check func(c result.Case) error
+	// Exclusive: the scenario's fixture changes the data plane for every pod of its cluster
+	// (NetworkPolicies selecting by role), so it never shares a cluster with other fixtures.
+	Exclusive bool
 }
 
 // Scenario is a topology plus a workload.
@@ -56,7 +62,15 @@ type Scenario interface {
 
 var registry = map[string]Scenario{}
 
-func register(s Scenario) { registry[s.Name()] = s }
+// Register makes a scenario known by its name: each scenario registers itself from init (a
+// test may register one of its own). A second scenario of the same name is a programming
+// error.
+func Register(s Scenario) {
+	if _, dup := registry[s.Name()]; dup {
+		panic("scenario: " + s.Name() + " registered twice")
+	}
+	registry[s.Name()] = s
+}
 
 // Get returns a scenario by name.
 func Get(name string) (Scenario, error) {

@@ -12,9 +12,14 @@ import (
 //
 // Trials are matched to cases by case id (Case.MakeID() when an id is empty). Warm-up
 // trials are ignored. When a case has several trials with the same trial number (a trial
-// re-run after a resume) the one appended last wins. A trial's status is its Status field;
-// an empty Status means "ok", or "failed" when Error is set; any status other than "ok" and
-// "skipped" counts as "failed".
+// re-run after a resume, or after it was disturbed) the one appended last wins. A trial's
+// status is its Status field; an empty Status means "ok", or "failed" when Error is set; any
+// status other than "ok", "skipped" and "disturbed" counts as "failed".
+//
+// Disturbed trials (the hypervisor took more CPU than the run allowed) never enter the
+// statistics: Disturbed counts every disturbed record of the case, Lost the trial numbers
+// whose last record is disturbed (not made good by a re-run). Notes are the distinct notes
+// of the trials that count.
 //
 // The case status is:
 //   - "ok" when at least one trial is ok; each metric is summarized with Summarize over the
@@ -29,11 +34,15 @@ import (
 func Aggregate(cases []result.Case, trials []result.Trial) []result.CaseResult {
 	byCase := map[string]map[int]result.Trial{}
 	warmups := map[string]bool{}
+	disturbed := map[string]int{}
 	for _, t := range trials {
 		id := caseID(t.Case)
 		if t.Warmup {
 			warmups[id] = true
 			continue
+		}
+		if TrialStatus(t) == "disturbed" {
+			disturbed[id]++
 		}
 		if byCase[id] == nil {
 			byCase[id] = map[int]result.Trial{}
@@ -44,7 +53,9 @@ func Aggregate(cases []result.Case, trials []result.Trial) []result.CaseResult {
 	out := make([]result.CaseResult, 0, len(cases))
 	for _, c := range cases {
 		id := caseID(c)
-		out = append(out, aggregateCase(c, byCase[id], warmups[id]))
+		cr := aggregateCase(c, byCase[id], warmups[id])
+		cr.Disturbed = disturbed[id]
+		out = append(out, cr)
 	}
 	return out
 }
@@ -66,6 +77,14 @@ func aggregateCase(c result.Case, trials map[int]result.Trial, hadWarmups bool) 
 		switch TrialStatus(t) {
 		case "ok":
 			ok = append(ok, t)
+			for _, n := range t.Notes {
+				if !slices.Contains(cr.Notes, n) {
+					cr.Notes = append(cr.Notes, n)
+				}
+			}
+			continue
+		case "disturbed":
+			cr.Lost++
 			continue
 		case "skipped":
 			skipped = append(skipped, t)
@@ -79,6 +98,10 @@ func aggregateCase(c result.Case, trials map[int]result.Trial, hadWarmups bool) 
 	case len(ok) == 0 && len(skipped) > 0:
 		cr.Status = "skipped"
 		cr.Reason = firstError(skipped, "skipped")
+		return cr
+	case len(ok) == 0 && len(failed) == 0:
+		cr.Status = "failed"
+		cr.Reason = fmt.Sprintf("all %d trials disturbed by hypervisor steal (see --max-steal, --max-reruns)", cr.Lost)
 		return cr
 	case len(ok) == 0:
 		cr.Status = "failed"
@@ -109,11 +132,11 @@ func aggregateCase(c result.Case, trials map[int]result.Trial, hadWarmups bool) 
 	return cr
 }
 
-// TrialStatus normalizes a trial's status to "ok", "skipped" or "failed": an empty Status
-// is "ok" unless Error is set, and any unknown status is "failed".
+// TrialStatus normalizes a trial's status to "ok", "skipped", "disturbed" or "failed": an
+// empty Status is "ok" unless Error is set, and any unknown status is "failed".
 func TrialStatus(t result.Trial) string {
 	switch t.Status {
-	case "ok", "skipped":
+	case "ok", "skipped", "disturbed":
 		return t.Status
 	case "":
 		if t.Error != "" {

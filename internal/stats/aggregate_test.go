@@ -107,3 +107,36 @@ func TestTrialStatus(t *testing.T) {
 		}
 	}
 }
+
+// Disturbed trials stay out of the statistics; re-runs make them good; a trial number whose
+// last record is disturbed is lost; an old failure replaced by a later measurement of the same
+// trial leaves no reason behind (a resume that completes every trial ends "ok" without one).
+func TestAggregateDisturbedAndResumedFailure(t *testing.T) {
+	c := mkCase("d")
+	m := func(v float64) map[string]float64 { return map[string]float64{"gbps": v} }
+	trials := []result.Trial{
+		{Case: c, Trial: 1, Status: "failed", Error: "cluster: no route"}, // a set-up failure of the first run
+		{Case: c, Trial: 1, Status: "ok", Metrics: m(10)},                 // resumed
+		{Case: c, Trial: 2, Status: "disturbed", Error: "steal 30%", Metrics: m(1)},
+		{Case: c, Trial: 2, Status: "ok", Metrics: m(10), Notes: []string{"cpu_server_host_pct = 512 left out"}},
+		{Case: c, Trial: 3, Status: "disturbed", Error: "steal 9%", Metrics: m(2)},
+		{Case: c, Trial: 4, Status: "ok", Metrics: m(10), Notes: []string{"cpu_server_host_pct = 512 left out"}},
+	}
+	r := Aggregate([]result.Case{c}, trials)[0]
+	if r.Status != "ok" || r.Reason != "" {
+		t.Errorf("status %q reason %q, want ok without a reason", r.Status, r.Reason)
+	}
+	if g := r.Metrics["gbps"]; g.N != 3 || g.Min != 10 {
+		t.Errorf("gbps %+v: disturbed values must stay out", g)
+	}
+	if r.Disturbed != 2 || r.Lost != 1 {
+		t.Errorf("disturbed %d lost %d, want 2 and 1", r.Disturbed, r.Lost)
+	}
+	if len(r.Notes) != 1 {
+		t.Errorf("notes %q, want the one distinct note", r.Notes)
+	}
+	all := Aggregate([]result.Case{c}, []result.Trial{{Case: c, Trial: 1, Status: "disturbed", Metrics: m(1)}})[0]
+	if all.Status != "failed" || all.Lost != 1 || all.Metrics != nil {
+		t.Errorf("all disturbed: %+v", all)
+	}
+}

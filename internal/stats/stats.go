@@ -13,10 +13,13 @@
 //     when n >= MinTrim (with the default 12 trials the best and the worst trial are
 //     dropped, seed 001's rule); the plain mean when n < MinTrim, so that a short run's
 //     interval still rests on at least three values rather than collapsing onto the median.
-//   - ci95_low, ci95_high: trimmed_mean ± t(0.975, m-1) · s_m / √m, where m and s_m are the
-//     count and the sample standard deviation of the trimmed set (the whole sample when
-//     n < MinTrim) and t is the Student t quantile. When m < 2 the interval collapses to
-//     trimmed_mean.
+//   - ci95_low, ci95_high: the Tukey-McLaughlin interval of the trimmed mean, trimmed_mean ±
+//     t(0.975, n-2g-1) · s_w / ((1-2g/n)·√n), where g is the number of values trimmed from
+//     each end (1 when n >= MinTrim, else 0) and s_w the standard deviation (divisor n-1) of
+//     the winsorized sample (the g lowest values replaced by the next lowest, the g highest
+//     by the next highest). With g = 0 it is the Student t interval of the mean. (The SD of
+//     the trimmed sample alone, with df = m-1, covers the true value only ~89 % of the time.)
+//     When n-2g-1 < 1 the interval collapses to trimmed_mean.
 //   - cv: the coefficient of variation stdev/mean, 0 when mean is 0.
 //
 // An empty (or all non-finite) input gives the zero MetricSummary, whose N is 0.
@@ -61,18 +64,39 @@ func Summarize(values []float64) result.MetricSummary {
 		s.CV = stdev / mean
 	}
 
-	trimmed := xs
-	if n >= MinTrim {
-		trimmed = xs[1 : n-1]
-	}
-	tm, ts := meanStdev(trimmed)
-	s.TrimmedMean = tm
-	s.CI95Low, s.CI95High = tm, tm
-	if m := len(trimmed); m >= 2 {
-		half := TQuantile(0.975, float64(m-1)) * ts / math.Sqrt(float64(m))
-		s.CI95Low, s.CI95High = tm-half, tm+half
-	}
+	s.TrimmedMean, s.CI95Low, s.CI95High = trimmedCI(xs)
 	return s
+}
+
+// trimmedCI returns the trimmed mean of a sorted, non-empty sample and its Tukey-McLaughlin
+// 95 % interval (see the package documentation).
+func trimmedCI(xs []float64) (tm, lo, hi float64) {
+	n := len(xs)
+	g := 0
+	if n >= MinTrim {
+		g = 1
+	}
+	tm, _ = meanStdev(xs[g : n-g])
+	df := n - 2*g - 1
+	if df < 1 {
+		return tm, tm, tm
+	}
+	w := make([]float64, n)
+	for i, x := range xs {
+		w[i] = min(max(x, xs[g]), xs[n-1-g])
+	}
+	_, sw := meanStdev(w)
+	half := TQuantile(0.975, float64(df)) * sw / ((1 - 2*float64(g)/float64(n)) * math.Sqrt(float64(n)))
+	return tm, tm - half, tm + half
+}
+
+// HalfWidthPct is the 95 % CI half-width of m relative to its trimmed mean, in percent: +Inf
+// when it is unknown (fewer than 2 values, a zero mean), which never meets a target.
+func HalfWidthPct(m result.MetricSummary) float64 {
+	if m.N < 2 || m.TrimmedMean == 0 {
+		return math.Inf(1)
+	}
+	return 100 * (m.CI95High - m.CI95Low) / 2 / math.Abs(m.TrimmedMean)
 }
 
 // meanStdev returns the mean and the sample standard deviation (0 when len(xs) < 2).

@@ -1,0 +1,74 @@
+package stats
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/cnibench/cnibench/internal/result"
+)
+
+func labCase(scen, dp, pl, proto string, mod func(*result.Case)) result.Case {
+	c := result.Case{Scenario: scen, Backend: "lab", Dataplane: dp, Placement: pl, Protocol: proto, Replicas: 1, MTU: 1500, Nodes: 2}
+	if mod != nil {
+		mod(&c)
+	}
+	c.ID = c.MakeID()
+	return c
+}
+
+func TestCompareKindsAndPairing(t *testing.T) {
+	svc := func(n int) func(*result.Case) { return func(c *result.Case) { c.Services = n } }
+	cases := []result.Case{
+		labCase("baseline", "bare", "intra", "tcp", nil),
+		labCase("baseline", "node2node", "inter", "crr", nil),
+		labCase("p2p", "flannel", "intra", "tcp", nil),
+		labCase("p2p", "calico", "intra", "tcp", nil),
+		labCase("p2p", "flannel", "inter", "crr", nil),
+		labCase("p2p", "flannel", "inter", "crr", func(c *result.Case) { c.Copy = 2 }),
+		labCase("p2s", "flannel", "inter", "crr", svc(1)),
+		labCase("p2s", "flannel", "inter", "crr", svc(1000)),
+	}
+	cases[4].Copy = 1 // the first of two copies
+	cases[4].ID = cases[4].MakeID()
+	val := map[string]float64{
+		cases[0].ID: 20, cases[1].ID: 4000, cases[2].ID: 15, cases[3].ID: 12, cases[4].ID: 3000,
+		cases[5].ID: 3000, cases[6].ID: 2000, cases[7].ID: 1000,
+	}
+	var trials []result.Trial
+	for k := 1; k <= 3; k++ {
+		for _, c := range cases {
+			trials = append(trials, result.Trial{Case: c, Trial: k, Status: "ok", Metrics: map[string]float64{c.Primary(): val[c.ID]}})
+		}
+	}
+	// A warm-up, a disturbed trial and a failed one never pair; a re-run replaces what it re-ran.
+	trials = append(trials,
+		result.Trial{Case: cases[2], Trial: 0, Warmup: true, Status: "ok", Metrics: map[string]float64{"throughput_bps": 1}},
+		result.Trial{Case: cases[3], Trial: 4, Status: "disturbed", Metrics: map[string]float64{"throughput_bps": 1}},
+		result.Trial{Case: cases[2], Trial: 4, Status: "ok", Metrics: map[string]float64{"throughput_bps": 15}},
+		result.Trial{Case: cases[2], Trial: 3, Status: "failed", Error: "timeout"},
+	)
+	got := Compare(cases, trials)
+	type row struct {
+		c, ref, kind string
+		n            int
+		ratio        float64
+	}
+	var rows []row
+	for _, c := range got {
+		rows = append(rows, row{c.Case, c.Reference, c.Kind, c.N, float64(int(c.Ratio*1000+0.5)) / 1000})
+	}
+	want := []row{
+		{cases[2].ID, cases[0].ID, "baseline", 2, 0.75}, // trial 3 failed, trial 4 has no partner
+		{cases[3].ID, cases[0].ID, "baseline", 3, 0.6},
+		{cases[3].ID, cases[2].ID, "dataplane", 2, 0.8}, // against flannel, the first of its compare key
+		{cases[4].ID, cases[1].ID, "baseline", 3, 0.75},
+		{cases[5].ID, cases[1].ID, "baseline", 3, 0.75},
+		{cases[5].ID, cases[4].ID, "copy", 3, 1},
+		{cases[6].ID, cases[1].ID, "baseline", 3, 0.5},
+		{cases[7].ID, cases[1].ID, "baseline", 3, 0.25},
+		{cases[7].ID, cases[6].ID, "scale", 3, 0.5},
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("comparisons\n got %v\nwant %v", rows, want)
+	}
+}

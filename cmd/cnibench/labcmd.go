@@ -25,8 +25,9 @@ func newLabCmd() *cobra.Command {
 		Short: "Build a lab (nodes, underlay, pods) and leave it standing; prints its namespaces",
 		Long: `Build a lab cluster and leave it standing. Explore it with
   nsenter --net=/run/netns/<namespace> ip route
-and remove it with 'cnibench lab down --prefix PREFIX' (or 'cnibench lab clean' for every lab).
-The build time printed is the time to build the nodes, the underlay and all pods.`,
+and remove it with 'cnibench lab down --prefix PREFIX'. The lab is marked as kept: 'cnibench lab
+clean' leaves it alone (unless --force). The build time printed is the time to build the nodes,
+the underlay and all pods.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
@@ -70,6 +71,10 @@ The build time printed is the time to build the nodes, the underlay and all pods
 				_ = l.Close(context.Background())
 				return err
 			}
+			if err := lab.MarkKept(prefix); err != nil {
+				_ = l.Close(context.Background())
+				return err
+			}
 			el := time.Since(start)
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "lab %s up: dataplane %s, %d nodes, %d pods, pod MTU %d, built in %.2f s\n", prefix, dp, len(mustNodes(l)), pods, l.PodMTU(), el.Seconds())
@@ -106,26 +111,32 @@ The build time printed is the time to build the nodes, the underlay and all pods
 	}
 	down.Flags().StringVar(&downPrefix, "prefix", "", "prefix of the lab to remove (required)")
 
+	var force bool
 	clean := &cobra.Command{
 		Use:   "clean",
-		Short: "Remove the leftovers of every lab (any cnb* prefix): processes, namespaces, state",
-		Args:  noArgs,
+		Short: "Remove the leftovers of labs whose owner is gone (any cnb* prefix): processes, namespaces, state",
+		Long: `Remove what labs left on this host (processes inside their namespaces, the namespaces, state
+and scratch directories) when the process that made them is gone (killed, crashed). Labs of a
+run or test still going, and labs kept by 'cnibench lab up', are skipped and named; --force
+removes them too.`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
 				return usagef("lab clean needs root: run as root")
 			}
-			left := lab.Leftovers("")
-			if err := lab.Clean(""); err != nil {
-				return err
-			}
+			removed, skipped, err := lab.CleanAll(force)
 			w := cmd.OutOrStdout()
-			for _, l := range left {
+			for _, l := range removed {
 				fmt.Fprintf(w, "removed %s\n", l)
 			}
-			fmt.Fprintf(w, "clean: %d objects removed\n", len(left))
-			return nil
+			for _, s := range skipped {
+				fmt.Fprintf(w, "skipped %s\n", s)
+			}
+			fmt.Fprintf(w, "clean: %d objects removed, %d labs skipped\n", len(removed), len(skipped))
+			return err
 		},
 	}
+	clean.Flags().BoolVar(&force, "force", false, "also remove labs whose owner still runs and labs kept by lab up")
 	cmd.AddCommand(up, down, clean)
 	return cmd
 }

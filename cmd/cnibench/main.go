@@ -91,7 +91,18 @@ func main() {
 func execute(args []string) int {
 	root := newRoot()
 	root.SetArgs(args)
-	err := root.Execute()
+	// An unknown command is the user's mistake; find it before running anything (cobra's own
+	// error for it is untyped).
+	if _, _, err := root.Find(args); err != nil {
+		return fail(usageError{err.Error() + " (see 'cnibench --help')"})
+	}
+	return fail(root.Execute())
+}
+
+// fail prints err on one line and returns the exit code: 0 without an error, 2 for a user's
+// mistake (usageError or a backend's cluster.ErrBadInput: recognised by type, never by the
+// words of a message), 1 for anything else.
+func fail(err error) int {
 	if err == nil {
 		return 0
 	}
@@ -101,19 +112,8 @@ func execute(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "cnibench: %s\n", strings.Join(strings.Fields(err.Error()), " ")) // one line, even for cobra suggestions and joined errors
 	var ue usageError
-	if errors.As(err, &ue) || errors.Is(err, cluster.ErrBadInput) || isCobraUsage(err) {
+	if errors.As(err, &ue) || errors.Is(err, cluster.ErrBadInput) {
 		return 2
 	}
 	return 1
-}
-
-// isCobraUsage recognises cobra's own argument errors (unknown command, bad args).
-func isCobraUsage(err error) bool {
-	msg := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires ", "invalid argument"} {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
 }

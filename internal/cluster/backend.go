@@ -88,9 +88,10 @@ type Standing struct {
 	// (Case.Load() == 0) stand together; each loaded case has the data plane to itself.
 	PerCase bool
 	// MaxClusters and MaxLoad bound what stands at once with PerCase: the number of clusters
-	// and the sum of their cases' Load (Services, policies, pods). Cases beyond run in later
-	// blocks; a case whose load alone exceeds MaxLoad stands alone.
+	// and the sum of their cases' Cost (nil: Case.Load, the Services, policies and pods).
+	// Cases beyond run in later blocks; a case whose cost alone exceeds MaxLoad stands alone.
 	MaxClusters, MaxLoad int
+	Cost                 func(result.Case) int
 }
 
 var (

@@ -144,6 +144,9 @@ type Facts struct {
 	// Name is what names the cluster's objects where it lives (the lab's prefix, the kube
 	// namespace): printed when a run builds it, so a user knows what belongs to the run.
 	Name string
+	// TempDir is a directory of the pods' file system where a scenario may put scratch files
+	// (nginx's content); the backend removes it with the cluster.
+	TempDir string
 	// Details are the backend's other facts (overlay, prefix, kube-proxy mode, ...), recorded
 	// under the run's environment.
 	Details map[string]any

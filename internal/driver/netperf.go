@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -79,6 +80,9 @@ func (netperf) Parse(out []byte, s Spec) (Metrics, error) {
 		if !ok {
 			return 0, fmt.Errorf("netperf: output lacks %s: %s", key, excerpt(out))
 		}
+		if strings.EqualFold(strings.TrimLeft(v, "+-"), "nan") {
+			return math.NaN(), nil // C's printf says -nan too
+		}
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
 			return 0, fmt.Errorf("netperf: bad %s value %q", key, v)
@@ -90,21 +94,25 @@ func (netperf) Parse(out []byte, s Spec) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	if math.IsNaN(rate) || math.IsInf(rate, 0) || rate < 0 {
+		return nil, fmt.Errorf("netperf: TRANSACTION_RATE is %s: no measurement", kv["TRANSACTION_RATE"])
+	}
 	m["transactions_per_s"] = rate
 	for _, l := range netperfLatency {
 		v, err := num(l.key)
 		if err != nil {
 			return nil, err
 		}
-		if v >= 0 { // -1: no histogram was kept
+		if v >= 0 && !math.IsInf(v, 0) { // -1: no histogram was kept; nan/inf: none either
 			m[l.metric] = v
 		}
 	}
-	// CPU utilisation is a system-wide percentage: -1 means not measured, and values over
-	// 100 are bogus (REMOTE_CPU_UTIL of ~500 was seen for 1 s TCP_CRR runs on loopback),
-	// so both are left out.
-	for key, metric := range map[string]string{"LOCAL_CPU_UTIL": "cpu_client_pct", "REMOTE_CPU_UTIL": "cpu_server_pct"} {
-		if v, err := num(key); err == nil && v >= 0 && v <= 100 {
+	// CPU utilisation is the whole host's (of all its CPUs) as netperf measures it on each
+	// side: -1 means not measured and is left out. Values over 100 happen (REMOTE_CPU_UTIL of
+	// ~500 was seen for 1 s TCP_CRR runs on loopback); they are kept as the tool said them:
+	// the runner leaves impossible shares out with a note.
+	for key, metric := range map[string]string{"LOCAL_CPU_UTIL": "cpu_client_host_pct", "REMOTE_CPU_UTIL": "cpu_server_host_pct"} {
+		if v, err := num(key); err == nil && v >= 0 && !math.IsInf(v, 0) {
 			m[metric] = v
 		}
 	}

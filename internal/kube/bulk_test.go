@@ -157,7 +157,8 @@ func TestCreatePodsFailureCleansUp(t *testing.T) {
 }
 
 // Fake nodes carry kwok's annotation and taint and the labels Clean and kwok's selector use;
-// silent pods on them tolerate the taint; CleanFakeNodes deletes them and never a real node.
+// silent pods on them tolerate the taint; CleanFakeNodes deletes them (with force while their run's
+// namespace stands) and never a real node.
 func TestFakeNodes(t *testing.T) {
 	ctx := context.Background()
 	cs := twoNodes()
@@ -195,7 +196,11 @@ func TestFakeNodes(t *testing.T) {
 	if pods[4].Node != "worker-a" {
 		t.Errorf("a measuring pod went to %s", pods[4].Node)
 	}
-	names, err := CleanFakeNodes(ctx, cs)
+	// The run's namespace stands: its fake nodes are the run's, kube clean leaves them alone.
+	if names, err := CleanFakeNodes(ctx, cs, false); err != nil || len(names) != 0 {
+		t.Fatalf("CleanFakeNodes deleted %v (%v) of a run whose namespace stands", names, err)
+	}
+	names, err := CleanFakeNodes(ctx, cs, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,6 +91,9 @@ type Cluster struct {
 	procs   map[*process]bool
 	seq     int // log file sequence for Start
 	closed  bool
+
+	stopBeat func()        // stops the namespace's heartbeat
+	beatDone chan struct{} // closed when it has stopped
 }
 
 var _ cluster.Cluster = (*Cluster)(nil)
@@ -158,6 +161,9 @@ func NewWithClient(ctx context.Context, cs kubernetes.Interface, rc *rest.Config
 	if c.ns, err = createNamespace(ctx, cs, cfg.RunID); err != nil {
 		return nil, err
 	}
+	bctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	c.stopBeat, c.beatDone = stop, make(chan struct{})
+	go heartbeat(bctx, cs, c.ns, c.beatDone)
 	if cfg.FakeNodes > 0 {
 		if err := c.startFakeNodes(ctx); err != nil {
 			return nil, errors.Join(err, c.Close(context.WithoutCancel(ctx)))
@@ -184,7 +190,7 @@ func (c *Cluster) Facts() cluster.Facts {
 	for i, n := range c.nodes {
 		nodes[i] = n.Name
 	}
-	f := cluster.Facts{Backend: backendName, Dataplane: clusterDataplane, Name: "namespace " + c.ns}
+	f := cluster.Facts{Backend: backendName, Dataplane: clusterDataplane, Name: "namespace " + c.ns, TempDir: "/tmp"} // a pod's /tmp goes with it
 	d := map[string]any{"namespace": c.ns, "nodes": nodes, "image": c.cfg.Image}
 	for k, v := range c.info {
 		d[k] = v
@@ -220,7 +226,13 @@ func (c *Cluster) Close(ctx context.Context) (err error) {
 	}
 	c.procs = map[*process]bool{}
 	c.pods = map[string]cluster.Pod{}
+	stop := c.stopBeat
+	c.stopBeat = nil
 	c.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-c.beatDone
+	}
 	if c.ns == "" {
 		return nil
 	}
@@ -246,32 +258,39 @@ func (c *Cluster) Close(ctx context.Context) (err error) {
 	return nil
 }
 
-// Clean deletes every namespace labelled ManagedBy=cnibench (of any run) and returns their
-// names, sorted. It does not wait for them to finish terminating.
-func Clean(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+// Clean deletes the namespaces labelled ManagedBy=cnibench whose run is over (see liveOwner),
+// or all of them with force, and returns their names, sorted, and one line per namespace it
+// left alone. It does not wait for them to finish terminating.
+func Clean(ctx context.Context, cs kubernetes.Interface, force bool) (deleted, skipped []string, err error) {
 	list, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: ManagedBy + "=" + ManagedByValue})
 	if err != nil {
-		return nil, fmt.Errorf("list namespaces: %w", err)
+		return nil, nil, fmt.Errorf("list namespaces: %w", err)
 	}
-	var names []string
 	var errs []error
+	now := time.Now()
 	for _, ns := range list.Items {
 		if ns.Labels[ManagedBy] != ManagedByValue { // the fake clientset may not filter
+			continue
+		}
+		if live, who := liveOwner(ns, now); live && !force {
+			skipped = append(skipped, fmt.Sprintf("%s: %s, still running (--force deletes it anyway)", ns.Name, who))
 			continue
 		}
 		if err := deleteNamespace(ctx, cs, ns.Name); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		names = append(names, ns.Name)
+		deleted = append(deleted, ns.Name)
 	}
-	sort.Strings(names)
-	return names, errors.Join(errs...)
+	sort.Strings(deleted)
+	sort.Strings(skipped)
+	return deleted, skipped, errors.Join(errs...)
 }
 
-// CleanFakeNodes deletes the kwok fake nodes of every run (nodes labelled ManagedBy=cnibench
-// and FakeNodeLabel; no other node is touched) and returns their names.
-func CleanFakeNodes(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+// CleanFakeNodes deletes the kwok fake nodes whose run is over: nodes labelled ManagedBy=cnibench
+// and FakeNodeLabel (no other node is touched) whose run namespace (the label's value) is gone
+// or being deleted, or all of them with force. It returns their names.
+func CleanFakeNodes(ctx context.Context, cs kubernetes.Interface, force bool) ([]string, error) {
 	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: ManagedBy + "=" + ManagedByValue})
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
@@ -279,8 +298,19 @@ func CleanFakeNodes(ctx context.Context, cs kubernetes.Interface) ([]string, err
 	var names []string
 	var errs []error
 	for _, n := range list.Items {
-		if n.Labels[ManagedBy] != ManagedByValue || n.Labels[FakeNodeLabel] == "" {
+		ns := n.Labels[FakeNodeLabel]
+		if n.Labels[ManagedBy] != ManagedByValue || ns == "" {
 			continue // never a real node (the fake clientset may not filter)
+		}
+		if !force {
+			got, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			if err == nil && got.DeletionTimestamp == nil {
+				continue // its run's namespace stands: the run (or kube clean's verdict on it) decides
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("fake node %s: namespace %s: %w", n.Name, ns, err))
+				continue
+			}
 		}
 		if err := cs.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete fake node %s: %w", n.Name, err))
@@ -305,8 +335,9 @@ func deleteNamespace(ctx context.Context, cs kubernetes.Interface, name string) 
 func createNamespace(ctx context.Context, cs kubernetes.Interface, runID string) (string, error) {
 	for attempt := 0; ; attempt++ {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-			Name:   NamespacePrefix + names.Random(names.Kube, 5),
-			Labels: map[string]string{ManagedBy: ManagedByValue, RunLabel: LabelValue(runID), PodSecurityEnforce: "privileged"},
+			Name:        NamespacePrefix + names.Random(names.Kube, 5),
+			Labels:      map[string]string{ManagedBy: ManagedByValue, RunLabel: LabelValue(runID), PodSecurityEnforce: "privileged"},
+			Annotations: ownerAnnotations(time.Now()),
 		}}
 		_, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 		if err == nil {

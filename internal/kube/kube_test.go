@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/owner"
 )
 
 func TestMain(m *testing.M) {
@@ -394,34 +395,120 @@ func TestCreatePodTimeout(t *testing.T) {
 
 func TestClean(t *testing.T) {
 	ctx := context.Background()
-	ns := func(name string, labels map[string]string) *corev1.Namespace {
-		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	host, _ := os.Hostname()
+	self := owner.Self("test")
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ns := func(name string, labels, ann map[string]string) *corev1.Namespace {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: ann}}
+	}
+	mine := map[string]string{ManagedBy: "cnibench"}
+	run := func(host string, pid int, start uint64, beat time.Time) map[string]string {
+		return map[string]string{OwnerHostAnnotation: host, OwnerPIDAnnotation: strconv.Itoa(pid),
+			OwnerStartAnnotation: strconv.FormatUint(start, 10), HeartbeatAnnotation: beat.UTC().Format(time.RFC3339)}
+	}
+	fakeNode := func(name, ns string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{ManagedBy: "cnibench", FakeNodeLabel: ns}}}
 	}
 	cs := fake.NewClientset(
-		ns("cnibench-b2c4d", map[string]string{ManagedBy: "cnibench", RunLabel: "r1"}),
-		ns("cnibench-x7z9q", map[string]string{ManagedBy: "cnibench"}),
-		ns("cnibench-lookalike", nil),
-		ns("monitoring", map[string]string{ManagedBy: "Helm"}),
-		ns("default", nil),
+		ns("cnibench-old01", map[string]string{ManagedBy: "cnibench", RunLabel: "r1"}, nil), // before owner annotations
+		ns("cnibench-live1", mine, run(host, self.PID, self.Start, now.Add(-time.Hour))),    // this process: alive
+		ns("cnibench-dead1", mine, run(host, ended.Process.Pid, self.Start, now)),           // ended here
+		ns("cnibench-away1", mine, run(host+"-other", 1, 1, now.Add(-time.Minute))),         // elsewhere, fresh heartbeat
+		ns("cnibench-away2", mine, run(host+"-other", 1, 1, now.Add(-10*time.Minute))),      // elsewhere, stale
+		ns("cnibench-lookalike", nil, nil),
+		ns("monitoring", map[string]string{ManagedBy: "Helm"}, nil),
+		ns("default", nil, nil),
+		fakeNode("cnibench-live1-fake-0", "cnibench-live1"),
+		fakeNode("cnibench-gone1-fake-0", "cnibench-gone1"),
 	)
-	names, err := Clean(ctx, cs)
+	names, skipped, err := Clean(ctx, cs, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"cnibench-b2c4d", "cnibench-x7z9q"}; !slices.Equal(names, want) {
+	if want := []string{"cnibench-away2", "cnibench-dead1", "cnibench-old01"}; !slices.Equal(names, want) {
 		t.Errorf("Clean deleted %v, want %v", names, want)
 	}
-	list, _ := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	var left []string
-	for _, n := range list.Items {
-		left = append(left, n.Name)
+	if len(skipped) != 2 || !strings.HasPrefix(skipped[0], "cnibench-away1: run by pid 1 on "+host+"-other, heartbeat 1m") ||
+		!strings.HasPrefix(skipped[1], "cnibench-live1: run by pid") || !strings.Contains(skipped[1], "still running") {
+		t.Errorf("skipped %q", skipped)
 	}
-	slices.Sort(left)
-	if want := []string{"cnibench-lookalike", "default", "monitoring"}; !slices.Equal(left, want) {
-		t.Errorf("left %v, want %v", left, want)
+	left := func() []string {
+		list, _ := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		var out []string
+		for _, n := range list.Items {
+			out = append(out, n.Name)
+		}
+		slices.Sort(out)
+		return out
 	}
-	if names, err := Clean(ctx, cs); err != nil || len(names) != 0 {
-		t.Errorf("second Clean: %v %v", names, err)
+	if want := []string{"cnibench-away1", "cnibench-live1", "cnibench-lookalike", "default", "monitoring"}; !slices.Equal(left(), want) {
+		t.Errorf("left %v, want %v", left(), want)
+	}
+	// Fake nodes of a standing run stay; those of a run whose namespace is gone go.
+	if fn, err := CleanFakeNodes(ctx, cs, false); err != nil || !slices.Equal(fn, []string{"cnibench-gone1-fake-0"}) {
+		t.Errorf("CleanFakeNodes = %v, %v", fn, err)
+	}
+	if names, skipped, err := Clean(ctx, cs, true); err != nil || len(skipped) != 0 || !slices.Equal(names, []string{"cnibench-away1", "cnibench-live1"}) {
+		t.Errorf("forced Clean: %v %v %v", names, skipped, err)
+	}
+	if want := []string{"cnibench-lookalike", "default", "monitoring"}; !slices.Equal(left(), want) {
+		t.Errorf("left %v, want %v", left(), want)
+	}
+}
+
+// A run's namespace names its owner and beats while the run goes; Close stops the beat.
+func TestNamespaceOwnerAndHeartbeat(t *testing.T) {
+	old := heartbeatEvery
+	heartbeatEvery = 20 * time.Millisecond
+	defer func() { heartbeatEvery = old }()
+	ctx := context.Background()
+	cs := twoNodes()
+	c, err := NewWithClient(ctx, cs, nil, Config{RunID: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() *corev1.Namespace {
+		ns, err := cs.CoreV1().Namespaces().Get(ctx, c.Namespace(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns
+	}
+	ns := get()
+	if live, who := liveOwner(*ns, time.Now()); !live || !strings.Contains(who, strconv.Itoa(os.Getpid())) {
+		t.Errorf("owner of a running run: %v %q (annotations %v)", live, who, ns.Annotations)
+	}
+	// Set an old heartbeat by hand: the goroutine must refresh it.
+	ns.Annotations[HeartbeatAnnotation] = "2020-01-01T00:00:00Z"
+	if _, err := cs.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for get().Annotations[HeartbeatAnnotation] == "2020-01-01T00:00:00Z" {
+		if time.Now().After(deadline) {
+			t.Fatal("heartbeat not refreshed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	done := c.beatDone
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = cs.CoreV1().Namespaces().Delete(ctx, c.Namespace(), metav1.DeleteOptions{})
+	}()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	default:
+		t.Error("heartbeat still beating after Close")
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
 	}
 }
 

@@ -25,6 +25,13 @@ import (
 // StateRoot holds per-lab state (IPAM allocations, CNI cache); removed with the lab.
 const StateRoot = "/run/cnibench"
 
+// TempRoot holds per-lab scratch files of the pods (nginx's content: 10 MB per replica, so on
+// disk rather than in /run's memory); removed with the lab.
+const TempRoot = "/var/tmp/cnibench"
+
+// TempDir is a lab's scratch directory (Facts.TempDir).
+func TempDir(prefix string) string { return filepath.Join(TempRoot, prefix) }
+
 // Config describes a lab.
 type Config struct {
 	Prefix       string // every object's name starts with it; see ValidPrefix
@@ -206,6 +213,13 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if err := os.MkdirAll(l.StateDir(), 0o755); err != nil {
 		return nil, err
 	}
+	// The owner first: a lab never has a namespace without a record of who made it.
+	if err := writeOwner(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(TempDir(cfg.Prefix), 0o755); err != nil {
+		return nil, err
+	}
 	if err := l.buildUnderlay(); err != nil {
 		return nil, err
 	}
@@ -364,7 +378,7 @@ func (l *Lab) Facts() cluster.Facts {
 	for k, v := range l.dp.Overlay.Facts(l.dp.Preset) {
 		details[k] = v
 	}
-	return cluster.Facts{Backend: "lab", Dataplane: l.dp.Preset.Name, PodMTU: l.PodMTU(), Name: l.cfg.Prefix, Details: details}
+	return cluster.Facts{Backend: "lab", Dataplane: l.dp.Preset.Name, PodMTU: l.PodMTU(), Name: l.cfg.Prefix, TempDir: TempDir(l.cfg.Prefix), Details: details}
 }
 
 // Close implements cluster.Cluster: idempotent removal of everything with the lab's prefix.

@@ -335,10 +335,14 @@ func (r *run) plan() [][]*caseState {
 	}
 	st := r.opt.Standing
 	if st.PerCase {
+		cost := st.Cost
+		if cost == nil {
+			cost = result.Case.Load
+		}
 		var cur []*caseState
 		load := 0
 		for _, c := range r.cases {
-			l := c.cs.Case.Load()
+			l := cost(c.cs.Case)
 			if len(cur) > 0 && ((st.MaxClusters > 0 && len(cur) >= st.MaxClusters) || (st.MaxLoad > 0 && load+l > st.MaxLoad)) {
 				blocks, cur, load = append(blocks, cur), nil, 0
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -76,7 +77,8 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 		return nil, cluster.Unsupported("p2s-replicas needs 2 nodes, cluster has %d", len(nodes))
 	}
 	n := max(c.Replicas, 1)
-	// Lab pods share the host's file system: the token keeps this fixture's directories apart.
+	// Lab pods share the host's file system: the token keeps this fixture's directories apart
+	// inside the cluster's scratch directory, which the backend removes with the cluster.
 	token := names.Random(names.Lower, 8)
 	f := &replicasFixture{trialFrame: trialFrame{cl: cl, clientCPU: opt.CPUs[0]}}
 	defer func() {
@@ -105,7 +107,7 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 	f.dirs, f.procs = make([]string, n), make([]cluster.Process, n)
 	err = cluster.Parallel(ctx, n, replicaWorkers, func(i int) error {
 		pod := f.replicas[i]
-		dir := fmt.Sprintf("/tmp/cnibench-http-%s-%s", token, pod.Name)
+		dir := filepath.Join(cl.Facts().TempDir, fmt.Sprintf("cnibench-http-%s-%s", token, pod.Name))
 		f.dirs[i] = dir
 		res, err := cl.Exec(ctx, pod.Name, driver.NginxSetupCommand(dir, driver.HTTPPort, pod.Name))
 		if err != nil {

@@ -58,7 +58,7 @@ func setup(tb testing.TB, cl cluster.Cluster, sc, dp, pl, proto string) scenario
 func TestEveryProtocolMeasures(t *testing.T) {
 	l := upLab(t, "calico")
 	want := map[string][]string{
-		"tcp":   {"throughput_bps", "cpu_client_pct", "cpu_node_busy_pct"},
+		"tcp":   {"throughput_bps", "cpu_client_proc_pct", "cpu_node_busy_pct"},
 		"udp":   {"throughput_bps", "offered_bps", "loss_pct", "jitter_ms", "udp_payload_bytes"},
 		"rr":    {"transactions_per_s", "latency_p50_us", "latency_p99_us"},
 		"crr":   {"transactions_per_s", "latency_p99_us"},

@@ -101,7 +101,7 @@ func New(cfg Config) *Fake {
 	}
 	f.facts = cfg.Facts
 	if f.facts.Backend == "" && f.facts.Dataplane == "" && f.facts.PodMTU == 0 && f.facts.Details == nil {
-		f.facts = cluster.Facts{Backend: "fake", Dataplane: "fake", PodMTU: 1500}
+		f.facts = cluster.Facts{Backend: "fake", Dataplane: "fake", PodMTU: 1500, TempDir: "/tmp/clustertest"}
 	}
 	f.step = cfg.CPUStep
 	if f.step == (cluster.CPUSample{}) {

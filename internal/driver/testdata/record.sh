@@ -34,7 +34,7 @@ run() { # file, argv...
 	echo
 } >README.txt
 
-run iperf3_tcp.json iperf3 -c $IP -p $IPORT -t 2 -J -N -Z -M 1448
+run iperf3_tcp.json iperf3 -c $IP -p $IPORT -t 2 -O 1 -J -N -Z -M 1448
 run iperf3_udp.json iperf3 -c $IP -p $IPORT -t 2 -J -u -b 0 -l 1448
 run iperf3_refused.json iperf3 -c $IP -p $DEAD -t 2 -J -N -Z -M 1448
 run netperf_tcp_rr.txt netperf -H $IP -p $NPORT -t TCP_RR -l 2 -j -c -C -- -k $SEL

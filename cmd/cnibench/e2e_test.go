@@ -317,15 +317,16 @@ func (p *cnbProc) watch() {
 	}
 }
 
-// waitPrefix waits until the watcher has seen the process's lab and returns its prefix.
-func (p *cnbProc) waitPrefix(timeout time.Duration) string {
+// waitPrefixes waits until the watcher has seen n labs of the process (a run builds one per
+// case and keeps them standing while it runs its rounds) and returns their prefixes.
+func (p *cnbProc) waitPrefixes(n int, timeout time.Duration) []string {
 	p.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		if pre := p.Prefixes(); len(pre) == 1 {
-			return pre[0]
-		} else if len(pre) > 1 {
-			p.t.Fatalf("process uses several labs: %v", pre)
+		if pre := p.Prefixes(); len(pre) == n {
+			return pre
+		} else if len(pre) > n {
+			p.t.Fatalf("process uses %d labs, want %d: %v", len(pre), n, pre)
 		}
 		if time.Now().After(deadline) || p.exited() {
 			p.t.Fatalf("no lab process of %v seen within %v\nstderr:\n%s", p.cmd.Args, timeout, p.Stderr())
@@ -956,8 +957,11 @@ func TestKillCleanResume(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "killed")
 	p := startCnb(t, runOpts{dir: work}, append(slices.Clone(killArgs), "--out", out)...)
 	waitTrials(t, p, out, 1, 2*time.Minute)
-	prefix := p.waitPrefix(20 * time.Second)
-	inodes := mergeInodes(netnsInodes(prefix), p.Inodes())
+	prefixes := p.waitPrefixes(len(killIDs), 20*time.Second) // one lab per case, all standing
+	inodes := p.Inodes()
+	for _, pre := range prefixes {
+		inodes = mergeInodes(inodes, netnsInodes(pre))
+	}
 	children := p.Children()
 
 	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
@@ -968,18 +972,31 @@ func TestKillCleanResume(t *testing.T) {
 	}
 	recorded := loadTrials(t, out)
 
-	// A killed run cannot tear down: its lab is left for `lab clean`.
-	if len(lab.Namespaces(prefix)) == 0 {
-		t.Fatalf("no namespaces of lab %s left after SIGKILL: the leftover path is not exercised", prefix)
+	// A killed run cannot tear down: its labs are left for `lab clean`, which knows their
+	// owner is gone (a lab of a live owner it would skip).
+	ours := func(l string) bool {
+		return slices.ContainsFunc(prefixes, func(pre string) bool { return strings.Contains(l, " "+pre+"-") || strings.HasSuffix(l, "/"+pre) })
 	}
-	inodes = mergeInodes(inodes, netnsInodes(prefix))
-	t.Logf("after SIGKILL: lab %s leftovers %v; processes in its namespaces: %v", prefix, lab.Leftovers(prefix), procsIn(inodes))
+	for _, pre := range prefixes {
+		if len(lab.Namespaces(pre)) == 0 {
+			t.Fatalf("no namespaces of lab %s left after SIGKILL: the leftover path is not exercised", pre)
+		}
+		if o, err := lab.Owner(pre); err != nil || o.Alive() || o.PID != p.cmd.Process.Pid {
+			t.Errorf("owner of lab %s: %+v %v: want the killed run, dead", pre, o, err)
+		}
+		inodes = mergeInodes(inodes, netnsInodes(pre))
+	}
+	t.Logf("after SIGKILL: labs %v; processes in their namespaces: %v", prefixes, procsIn(inodes))
 
-	// `lab clean` removes every lab on the host: run it only if the host has no lab but ours.
+	// `lab clean` removes every lab whose owner is gone: run it only if the host has no other
+	// such lab (a lab of a live owner, or kept by lab up, it leaves alone).
 	pre := lab.Leftovers("")
 	var others []string
 	for _, l := range pre {
-		if !strings.Contains(l, " "+prefix+"-") && !strings.HasSuffix(l, "/"+prefix) {
+		if !ours(l) {
+			if o, err := lab.Owner(strings.SplitN(l[strings.LastIndexAny(l, " /")+1:], "-", 2)[0]); err == nil && o.Live() {
+				continue
+			}
 			others = append(others, l)
 		}
 	}
@@ -988,26 +1005,32 @@ func TestKillCleanResume(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("lab clean: exit code %d: %s", r.code, r.stderr)
 		}
-		if !strings.Contains(r.stdout, "removed netns "+prefix+"-") || !strings.Contains(r.stdout, "objects removed") {
-			t.Errorf("lab clean output does not report lab %s:\n%s", prefix, r.stdout)
+		for _, pre := range prefixes {
+			if !strings.Contains(r.stdout, "removed netns "+pre+"-") || !strings.Contains(r.stdout, "objects removed") {
+				t.Errorf("lab clean output does not report lab %s:\n%s", pre, r.stdout)
+			}
 		}
 		for _, l := range lab.Leftovers("") {
-			if slices.Contains(pre, l) {
+			if slices.Contains(pre, l) && ours(l) {
 				t.Errorf("lab clean left %s", l)
 			}
 		}
 	} else {
-		t.Logf("other labs on this host (%v): using 'lab down --prefix %s' instead of 'lab clean', which would remove them", others, prefix)
-		r := runCnb(t, runOpts{dir: work}, "lab", "down", "--prefix", prefix)
-		if r.code != 0 || !strings.Contains(r.stdout, "lab "+prefix+" removed") {
-			t.Fatalf("lab down: exit code %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		t.Logf("other dead labs on this host (%v): using 'lab down --prefix' instead of 'lab clean', which would remove them", others)
+		for _, pre := range prefixes {
+			r := runCnb(t, runOpts{dir: work}, "lab", "down", "--prefix", pre)
+			if r.code != 0 || !strings.Contains(r.stdout, "lab "+pre+" removed") {
+				t.Fatalf("lab down: exit code %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+			}
 		}
 	}
-	if left := lab.Leftovers(prefix); len(left) > 0 {
-		t.Errorf("lab %s still has %v", prefix, left)
-	}
-	if _, err := os.Stat(filepath.Join(lab.StateRoot, prefix)); !os.IsNotExist(err) {
-		t.Errorf("state directory %s remains (%v)", filepath.Join(lab.StateRoot, prefix), err)
+	for _, pre := range prefixes {
+		if left := lab.Leftovers(pre); len(left) > 0 {
+			t.Errorf("lab %s still has %v", pre, left)
+		}
+		if _, err := os.Stat(filepath.Join(lab.StateRoot, pre)); !os.IsNotExist(err) {
+			t.Errorf("state directory %s remains (%v)", filepath.Join(lab.StateRoot, pre), err)
+		}
 	}
 	if ps := procsIn(inodes); len(ps) > 0 {
 		t.Errorf("processes still in the lab's namespaces: %v", ps)
@@ -1065,8 +1088,10 @@ func TestKillCleanResume(t *testing.T) {
 			t.Errorf("summary %s: status %q (%s), throughput n=%d", id, c.Status, c.Reason, c.Metrics["throughput_bps"].N)
 		}
 	}
-	if slices.Contains(r.prefixes, prefix) || slices.Contains(summaryPrefixes(s), prefix) {
-		t.Errorf("resume reused the removed lab prefix %s", prefix)
+	for _, prefix := range prefixes {
+		if slices.Contains(r.prefixes, prefix) || slices.Contains(summaryPrefixes(s), prefix) {
+			t.Errorf("resume reused the removed lab prefix %s", prefix)
+		}
 	}
 	checkRunClean(t, r, s)
 	if ents, _ := os.ReadDir(work); len(ents) > 0 {
@@ -1077,18 +1102,29 @@ func TestKillCleanResume(t *testing.T) {
 // ---------------------------------------------------------------------------------------------
 // 5. SIGINT
 
+// SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal went away) all tear the labs down and keep
+// the trials; SIGHUP used to kill the run and leave its labs.
 func TestInterrupt(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) { testSignal(t, sig) })
+	}
+}
+
+func testSignal(t *testing.T, sig syscall.Signal) {
 	needRoot(t)
 	out := filepath.Join(t.TempDir(), "interrupted")
 	p := startCnb(t, runOpts{}, append(slices.Clone(killArgs), "--out", out)...)
 	waitTrials(t, p, out, 1, 2*time.Minute)
-	prefix := p.waitPrefix(20 * time.Second)
-	inodes := mergeInodes(netnsInodes(prefix), p.Inodes())
+	prefixes := p.waitPrefixes(len(killIDs), 20*time.Second)
+	inodes := p.Inodes()
+	for _, pre := range prefixes {
+		inodes = mergeInodes(inodes, netnsInodes(pre))
+	}
 	children := p.Children()
 	n := measured(out)
 
 	start := time.Now()
-	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGINT); err != nil {
+	if err := syscall.Kill(p.cmd.Process.Pid, sig); err != nil {
 		t.Fatal(err)
 	}
 	var code int
@@ -1096,21 +1132,18 @@ func TestInterrupt(t *testing.T) {
 	case <-p.done:
 		code = p.code
 	case <-time.After(15 * time.Second):
-		t.Fatalf("still running 15 s after SIGINT\nstderr:\n%s", p.Stderr())
+		t.Fatalf("still running 15 s after %v\nstderr:\n%s", sig, p.Stderr())
 	}
-	t.Logf("exited %.1f s after SIGINT", time.Since(start).Seconds())
+	t.Logf("exited %.1f s after %v", time.Since(start).Seconds(), sig)
 	if code != 130 {
-		t.Errorf("exit code %d after SIGINT, want 130\nstderr:\n%s", code, p.Stderr())
+		t.Errorf("exit code %d after %v, want 130\nstderr:\n%s", code, sig, p.Stderr())
 	}
 	if !strings.Contains(p.Stderr(), "--resume "+out) {
 		t.Errorf("stderr does not tell how to resume (--resume %s):\n%s", out, p.Stderr())
 	}
-	if left := lab.Leftovers(prefix); len(left) > 0 {
-		t.Errorf("lab %s left after SIGINT: %v", prefix, left)
-	}
 	for _, pre := range p.Prefixes() {
 		if left := lab.Leftovers(pre); len(left) > 0 {
-			t.Errorf("lab %s left after SIGINT: %v", pre, left)
+			t.Errorf("lab %s left after %v: %v", pre, sig, left)
 		}
 	}
 	if ps := procsIn(inodes); len(ps) > 0 {
@@ -1122,7 +1155,7 @@ func TestInterrupt(t *testing.T) {
 		}
 	}
 	if got := measured(out); got < n {
-		t.Errorf("trials recorded before SIGINT lost: %d, had %d", got, n)
+		t.Errorf("trials recorded before %v lost: %d, had %d", sig, got, n)
 	}
 }
 

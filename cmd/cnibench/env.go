@@ -50,6 +50,9 @@ func environment(args []string) map[string]any {
 		tools[name] = driver.Version(name, out)
 	}
 	env["tools"] = tools
+	if nf := lastNoiseFloor(); nf != nil {
+		env["noise_floor"] = nf // the last cnibench doctor --noise on this host
+	}
 	return env
 }
 

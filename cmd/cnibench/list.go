@@ -21,14 +21,28 @@ var upcoming = map[string]string{
 }
 
 func newDoctorCmd() *cobra.Command {
-	return &cobra.Command{
+	var noise noiseFlags
+	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check root, tools and kernel features (tried for real in a scratch namespace)",
+		Short: "Check root, tools and kernel features (tried for real in a scratch namespace); --noise measures the host's noise floor",
 		Long: `Check what this host can do: root, each tool and its version, and each kernel feature the
 presets use, each tried for real in a scratch network namespace and removed. Exits 1 when
-something a default preset (flannel, calico) needs is missing.`,
+something a default preset (flannel, calico) needs is missing.
+
+With --noise it measures instead how noisy this host is: one case (--noise-case) as two
+identical copies, interleaved in rounds, and the interval of their ratio says the smallest
+difference two cases can show here at that trial count. The figure is kept in
+` + NoiseFile + ` and every later run records it.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if noise.on {
+				return runNoise(cmd, &noise)
+			}
+			for _, f := range []string{"noise-case", "noise-repeat", "noise-duration"} {
+				if cmd.Flags().Changed(f) {
+					return usagef("--%s needs --noise", f)
+				}
+			}
 			rep := doctor.Run(cmd.Context())
 			fmt.Fprint(cmd.OutOrStdout(), rep.Table())
 			if !rep.OK() {
@@ -38,6 +52,8 @@ something a default preset (flannel, calico) needs is missing.`,
 			return nil
 		},
 	}
+	noise.register(cmd)
+	return cmd
 }
 
 func newListCmd() *cobra.Command {

@@ -248,55 +248,7 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluste
 	if err := b.Preflight(cmd.Context(), cases); err != nil {
 		return err
 	}
-	if resume == "" && out == "" {
-		// A directory of its own, even for two runs started in the same second.
-		if out, err = runlock.NewDir(filepath.Join("runs", runID)); err != nil {
-			return err
-		}
-		runID = filepath.Base(out)
-	}
-	dirLock, err := runlock.Dir(out, "cnibench run "+runID)
-	if err != nil {
-		if errors.Is(err, runlock.ErrBusy) {
-			return usageError{err.Error() + ": wait for it to end, or use another --out"}
-		}
-		return err
-	}
-	defer dirLock.Release()
-	if resume == "" {
-		if err := runner.SavePlan(out, runID, cases, settings); err != nil {
-			return err
-		}
-	}
-
-	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	defer stop()
-	stderr := cmd.ErrOrStderr()
-	tty := false
-	if f, ok := stderr.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
-	}
-	hostLock, err := runlock.Host(ctx, "cnibench run "+out, func(holder string) {
-		fmt.Fprintf(stderr, "waiting: another run is measuring on this host: %s (one run measures at a time)\n", holder)
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintf(stderr, "interrupted before measuring; start it later with: cnibench run --resume %s\n", out)
-			return exitError{130}
-		}
-		return err
-	}
-	defer hostLock.Release()
-	opt := runner.Options{
-		Dir: out, RunID: runID, Environment: environment(os.Args[1:]), Progress: runner.NewProgress(stderr, tty),
-		NewCluster: b.NewCluster, Standing: b.Standing(), Settings: settings,
-	}
-	fmt.Fprintf(stderr, "run %s -> %s (pid %d; order %s, seed %d)\n", runID, out, os.Getpid(), settings.Order, settings.Seed)
-	sum, err := runner.Run(ctx, cases, opt)
-	if ctx.Err() != nil {
-		fmt.Fprintf(stderr, "interrupted: clusters torn down, trials so far kept in %s; finish with: cnibench run --resume %s\n", out, out)
-		return exitError{130}
-	}
+	sum, out, err := measure(cmd, b, cases, runID, out, settings, resume != "")
 	if err != nil {
 		return err
 	}
@@ -311,6 +263,62 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluste
 	}
 	fmt.Fprintf(w, "\nresults: %s (results.jsonl, summary.json, summary.csv)\n", out)
 	return failedCases(sum, out)
+}
+
+// measure runs checked cases into out ("" = a fresh runs/<runID>): it locks the run
+// directory, records the plan (unless resuming), waits for the host's measuring lock, runs
+// the rounds and tears down on SIGINT, SIGTERM or SIGHUP (exit 130, with how to resume).
+func measure(cmd *cobra.Command, b cluster.Backend, cases []result.CaseSpec, runID, out string, settings runner.Settings, resume bool) (result.Summary, string, error) {
+	var err error
+	if !resume && out == "" {
+		// A directory of its own, even for two runs started in the same second.
+		if out, err = runlock.NewDir(filepath.Join("runs", runID)); err != nil {
+			return result.Summary{}, out, err
+		}
+		runID = filepath.Base(out)
+	}
+	dirLock, err := runlock.Dir(out, "cnibench run "+runID)
+	if err != nil {
+		if errors.Is(err, runlock.ErrBusy) {
+			return result.Summary{}, out, usageError{err.Error() + ": wait for it to end, or use another --out"}
+		}
+		return result.Summary{}, out, err
+	}
+	defer dirLock.Release()
+	if !resume {
+		if err := runner.SavePlan(out, runID, cases, settings); err != nil {
+			return result.Summary{}, out, err
+		}
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	stderr := cmd.ErrOrStderr()
+	tty := false
+	if f, ok := stderr.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	hostLock, err := runlock.Host(ctx, "cnibench run "+out, func(holder string) {
+		fmt.Fprintf(stderr, "waiting: another run is measuring on this host: %s (one run measures at a time)\n", holder)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "interrupted before measuring; start it later with: cnibench run --resume %s\n", out)
+			return result.Summary{}, out, exitError{130}
+		}
+		return result.Summary{}, out, err
+	}
+	defer hostLock.Release()
+	opt := runner.Options{
+		Dir: out, RunID: runID, Environment: environment(os.Args[1:]), Progress: runner.NewProgress(stderr, tty),
+		NewCluster: b.NewCluster, Standing: b.Standing(), Settings: settings,
+	}
+	fmt.Fprintf(stderr, "run %s -> %s (pid %d; order %s, seed %d)\n", runID, out, os.Getpid(), settings.Order, settings.Seed)
+	sum, err := runner.Run(ctx, cases, opt)
+	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "interrupted: clusters torn down, trials so far kept in %s; finish with: cnibench run --resume %s\n", out, out)
+		return result.Summary{}, out, exitError{130}
+	}
+	return sum, out, err
 }
 
 // failedCases makes a run whose cases failed (not skipped) exit 1, naming them.

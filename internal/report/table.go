@@ -178,14 +178,14 @@ func footnotes(w io.Writer, s result.Summary) {
 			notes = append(notes, r.Case.ID+": "+n)
 		}
 	}
-	if dist > 0 {
-		fmt.Fprintf(w, "\n%d trial(s) were disturbed (the hypervisor took more CPU than --max-steal allows): kept in results.jsonl, left out of the statistics", dist)
-		if lost > 0 {
-			fmt.Fprintf(w, "; %d could not be made good by a re-run (--max-reruns)", lost)
-		} else {
-			fmt.Fprint(w, " and run again")
-		}
-		fmt.Fprintln(w, ".")
+	fmt.Fprintf(w, "\ndisturbed trials: %d (the hypervisor took more CPU than --max-steal allows: kept in results.jsonl, left out of the statistics", dist)
+	switch {
+	case lost > 0:
+		fmt.Fprintf(w, "; %d could not be made good by a re-run, see --max-reruns).\n", lost)
+	case dist > 0:
+		fmt.Fprint(w, ", and run again).\n")
+	default:
+		fmt.Fprint(w, ").\n")
 	}
 	if len(stolen) > 0 {
 		fmt.Fprintf(w, "\nwarning: the hypervisor took more than %.0f%% of the CPU (steal) during %d case(s); their figures are noisy:\n  %s\n",

@@ -76,7 +76,7 @@ func TestTableRatiosToMatchingBaseline(t *testing.T) {
 	}
 	for _, want := range []string{
 		"p2p/calico/intra/crr vs p2p/flannel/intra/crr (dataplane, transactions_per_s): 1.21x [1.10, 1.33]",
-		"3 trial(s) were disturbed", "1 could not be made good",
+		"disturbed trials: 3 (", "1 could not be made good",
 		"p2p/calico/intra/crr: cpu_server_host_pct = 512 left out",
 	} {
 		if !strings.Contains(out, want) {

@@ -529,3 +529,33 @@ func TestAAPairOnStealBursts(t *testing.T) {
 		t.Errorf("sequential: %.3f of A/A pairs differ: the model should show what rounds are for", seq)
 	}
 }
+
+// More cases than may stand at once run in blocks, each with its own rounds; the clusters of
+// a block are closed before the next block builds its own.
+func TestBlocksWithinTheStandingBudget(t *testing.T) {
+	w := newModel(t, 1)
+	cl := &clusters{}
+	cases := []result.CaseSpec{synth("a", "tcp", 2, nil), synth("b", "tcp", 2, nil), synth("c", "tcp", 2, nil),
+		synth("d", "tcp", 2, func(c *result.Case) { c.Services = 500 })}
+	st := cluster.Standing{PerCase: true, MaxClusters: 2, MaxLoad: 400}
+	if _, err := Run(context.Background(), cases, runOpts(t.TempDir(), cl, st, Settings{Seed: 4})); err != nil {
+		t.Fatal(err)
+	}
+	block := func(from, to int) []string {
+		got := slices.Clone(w.order[from:to])
+		slices.Sort(got)
+		return slices.Compact(got)
+	}
+	if b := block(0, 4); !reflect.DeepEqual(b, []string{cases[0].Case.ID, cases[1].Case.ID}) {
+		t.Errorf("block 1 ran %v", w.order[0:4])
+	}
+	if b := block(4, 6); !reflect.DeepEqual(b, []string{cases[2].Case.ID}) {
+		t.Errorf("block 2 ran %v (c: d's load 500 is over the budget with it)", w.order[4:6])
+	}
+	if b := block(6, 8); !reflect.DeepEqual(b, []string{cases[3].Case.ID}) {
+		t.Errorf("block 3 ran %v", w.order[6:8])
+	}
+	if cl.built != 4 || cl.closed != 4 {
+		t.Errorf("built %d closed %d", cl.built, cl.closed)
+	}
+}

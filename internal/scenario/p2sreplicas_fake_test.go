@@ -92,6 +92,13 @@ func TestP2SReplicasCloseRemovesDirectoriesPodsAndServices(t *testing.T) {
 	if len(prepared) != 2 || prepared["replica0"] == prepared["replica1"] {
 		t.Errorf("prepared directories %v, want one of its own per replica", prepared)
 	}
+	// Inside the cluster's scratch directory, which the backend removes with the cluster (they
+	// used to be /tmp/cnibench-http-*, which outlived a killed run).
+	for pod, dir := range prepared {
+		if !strings.HasPrefix(dir, fc.Facts().TempDir+"/cnibench-http-") {
+			t.Errorf("%s: directory %s not under the cluster's TempDir %s", pod, dir, fc.Facts().TempDir)
+		}
+	}
 	for pod, dir := range prepared {
 		if !slices.Equal(removed[pod], driver.NginxCleanupCommand(dir)) {
 			t.Errorf("%s: prepared %s, then ran %q", pod, dir, removed[pod])

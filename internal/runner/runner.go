@@ -12,11 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -699,7 +700,7 @@ func (r *run) trialRecord(cs result.CaseSpec, n int, warmup bool, start time.Tim
 // outside 0..100 is impossible and left out, with a note saying so.
 func sanitize(m map[string]float64) ([]string, error) {
 	var notes []string
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v := m[k]
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return nil, fmt.Errorf("the tool reported %s = %v, not a number: trial failed", k, v)
@@ -774,12 +775,3 @@ func newRand(seed, block, round int64) rng {
 }
 
 func (g rng) intn(n int) int { return g.r.IntN(n) }
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}

@@ -50,6 +50,11 @@ func TestCompareKey(t *testing.T) {
 		{result.Case{Scenario: "p2s", Dataplane: "calico", Placement: "inter", Protocol: "rr", Services: 100, Pods: 10}, "p2s/inter/rr/svc=100/pods=10"},
 		{result.Case{Scenario: "baseline", Dataplane: "bare", Placement: "intra", Protocol: "tcp"}, "baseline/bare/intra/tcp"},
 		{result.Case{Scenario: "baseline", Dataplane: "node2node", Placement: "inter", Protocol: "tcp"}, "baseline/node2node/inter/tcp"},
+		// The lab's shape is part of what a case measures: runs with other MTUs or node counts
+		// never line up on one row (they used to).
+		{result.Case{Scenario: "p2p", Dataplane: "flannel", Placement: "inter", Protocol: "tcp", MTU: 9000}, "p2p/inter/tcp/mtu=9000"},
+		{result.Case{Scenario: "p2p", Dataplane: "flannel", Placement: "inter", Protocol: "tcp", MTU: 1500, Nodes: 3}, "p2p/inter/tcp/nodes=3"},
+		{result.Case{Scenario: "p2p", Dataplane: "flannel", Placement: "inter", Protocol: "tcp", MTU: 1500, Nodes: 2}, "p2p/inter/tcp"},
 	} {
 		if got := tc.c.CompareKey(); got != tc.want {
 			t.Errorf("%s: CompareKey %q, want %q", tc.c.MakeID(), got, tc.want)

@@ -227,24 +227,25 @@ type run struct {
 
 // slot is a standing cluster.
 type slot struct {
-	key cluster.Key
-	cl  cluster.Cluster
-	err error // building it failed: its cases are recorded as failed or skipped
+	key     cluster.Key
+	variant string // what its cases ran on (the key of its facts in the environment)
+	cl      cluster.Cluster
+	err     error // building it failed: its cases are recorded as failed or skipped
 }
 
 // caseState is what the runner knows of a case during a run.
 type caseState struct {
-	cs       result.CaseSpec
-	done     map[int]bool // trial numbers measured (ok), now and in earlier runs
-	values   map[int]float64
-	target   int // trials wanted (repeat, raised by the CI target)
-	max      int // most trials the CI target may ask for
-	finished bool
-	reason   string // why it finished early (recorded already)
+	cs result.CaseSpec
+	// done are the trial numbers behind us: measured (now or in an earlier run), or failed or
+	// lost in this process (a resume runs those again).
+	done     map[int]bool
+	values   map[int]float64 // the primary metric of each measured trial
+	target   int             // trials wanted (repeat, raised by the CI target)
+	max      int             // most trials the CI target may ask for
+	finished bool            // skipped, or its set-up failed: nothing more to run in this process
 	fx       scenario.Fixture
 	warm     bool // its warm-up ran in this process
 	reruns   int  // disturbed trials re-run in this process
-	idx      int  // position in the plan
 }
 
 func newCaseState(cs result.CaseSpec, d map[int]bool, prev []result.Trial, set Settings) *caseState {
@@ -321,7 +322,11 @@ func shares(cs result.CaseSpec) bool {
 		return false
 	}
 	sc, err := scenario.Get(cs.Case.Scenario)
-	return err == nil && !sc.Info().Exclusive
+	if err != nil {
+		return false
+	}
+	ex := sc.Info().Exclusive
+	return ex == nil || !ex(cs.Case)
 }
 
 // plan groups the cases into blocks whose clusters stand together; each block runs its own
@@ -418,15 +423,18 @@ func (r *run) cluster(ctx context.Context, cs result.CaseSpec) *slot {
 	if k.Proxy != "" || k.Policy != "" {
 		parts = fmt.Sprintf(" (proxy %s, policy %s)", k.Proxy, k.Policy)
 	}
+	if k.Nodes > 0 {
+		parts += fmt.Sprintf(", %d nodes, MTU %d", k.Nodes, k.MTU)
+	}
 	start := time.Now()
-	s := &slot{key: k}
+	s := &slot{key: k, variant: cs.Case.Variant()}
 	s.cl, s.err = r.opt.NewCluster(ctx, k)
 	if s.err != nil {
 		r.clusters[sk] = s
 		return s
 	}
 	f := s.cl.Facts()
-	r.dataplanes[cs.Case.Variant()] = f.Record()
+	r.dataplanes[s.variant] = f.Record()
 	name := ""
 	if f.Name != "" {
 		name = " " + f.Name
@@ -435,7 +443,7 @@ func (r *run) cluster(ctx context.Context, cs result.CaseSpec) *slot {
 	if r.opt.Standing.PerCase {
 		forCase = " for " + cs.Case.ID
 	}
-	r.prog.Log("%s cluster%s%s: dataplane %s%s, %d nodes, MTU %d, ready in %.2f s", k.Backend, name, forCase, k.Dataplane, parts, k.Nodes, k.MTU, time.Since(start).Seconds())
+	r.prog.Log("%s cluster%s%s: dataplane %s%s, ready in %.2f s", k.Backend, name, forCase, k.Dataplane, parts, time.Since(start).Seconds())
 	r.clusters[sk] = s
 	return s
 }
@@ -452,6 +460,7 @@ func (r *run) closeClusters(keep map[string]bool) {
 		}
 		// Again at the end: a backend may learn facts while it runs (the kube pod MTU).
 		f := s.cl.Facts()
+		r.dataplanes[s.variant] = f.Record()
 		if err := s.cl.Close(context.Background()); err != nil {
 			r.prog.Log("teardown %s %s: %v", s.key.Backend, f.Name, err)
 		}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -27,7 +28,8 @@ type synthetic struct{}
 
 func (synthetic) Name() string { return "synthetic" }
 func (synthetic) Info() scenario.Info {
-	return scenario.Info{Summary: "test model", Placements: []string{"intra", "inter"}, Protocols: []string{"tcp", "crr"}}
+	return scenario.Info{Summary: "test model", Placements: []string{"intra", "inter"}, Protocols: []string{"tcp", "crr"},
+		Exclusive: func(c result.Case) bool { return c.Placement == "intra" }} // as if intra took the node's ports
 }
 
 func (synthetic) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt scenario.Options) (scenario.Fixture, error) {
@@ -245,8 +247,9 @@ func TestSequentialOrder(t *testing.T) {
 }
 
 // On a backend whose clusters share one data plane, the cases that load nothing stand
-// together in one cluster per key with fixtures of their own names; a loaded case has the
-// cluster to itself, in a block of its own, and the cluster of its key is not rebuilt.
+// together in one cluster per key with fixtures of their own names; a loaded case, and one
+// its scenario says is exclusive, has the cluster to itself, in a block of its own, and the
+// cluster of its key is not rebuilt.
 func TestSharedStanding(t *testing.T) {
 	w := newModel(t, 1)
 	cl := &clusters{}
@@ -254,6 +257,7 @@ func TestSharedStanding(t *testing.T) {
 		synth("x", "tcp", 2, nil),
 		synth("x", "crr", 2, nil),
 		synth("x", "tcp", 2, func(c *result.Case) { c.Services = 10 }),
+		synth("x", "tcp", 2, func(c *result.Case) { c.Placement = "intra" }),
 	}
 	for i := range cases {
 		cases[i].Case.Dataplane = "cluster"
@@ -266,12 +270,12 @@ func TestSharedStanding(t *testing.T) {
 	if cl.built != 1 || cl.closed != 1 {
 		t.Errorf("clusters built %d, closed %d: want one, kept across blocks", cl.built, cl.closed)
 	}
-	if w.names[cases[0].Case.ID] == w.names[cases[1].Case.ID] || w.names[cases[0].Case.ID] == "" || w.names[cases[2].Case.ID] != "" {
+	if w.names[cases[0].Case.ID] == w.names[cases[1].Case.ID] || w.names[cases[0].Case.ID] == "" || w.names[cases[2].Case.ID] != "" || w.names[cases[3].Case.ID] != "" {
 		t.Errorf("fixture names %v: the two light cases need names of their own, the loaded case none", w.names)
 	}
-	loaded := cases[2].Case.ID
-	if i := slices.Index(w.order, loaded); i != 4 || w.order[5] != loaded {
-		t.Errorf("order %v: the loaded case runs alone after the light ones", w.order)
+	loaded, excl := cases[2].Case.ID, cases[3].Case.ID
+	if i := slices.Index(w.order, loaded); i != 4 || w.order[5] != loaded || w.order[6] != excl || w.order[7] != excl {
+		t.Errorf("order %v: the loaded and the exclusive case run alone after the light ones", w.order)
 	}
 	for _, r := range sum.Results {
 		if r.Status != "ok" {
@@ -557,5 +561,82 @@ func TestBlocksWithinTheStandingBudget(t *testing.T) {
 	}
 	if cl.built != 4 || cl.closed != 4 {
 		t.Errorf("built %d closed %d", cl.built, cl.closed)
+	}
+}
+
+// The environment records each cluster's facts under "dataplanes", keyed by the case's
+// variant, as Facts.Record gives them when the cluster closes (a backend may learn facts while
+// it runs), and the run's settings under "runner".
+func TestRunRecordsClusterFacts(t *testing.T) {
+	newModel(t, 1)
+	dir := t.TempDir()
+	facts := cluster.Facts{Backend: "lab", Dataplane: "flannel", PodMTU: 1450, Details: map[string]any{"overlay": "vxlan"}}
+	_, err := Run(context.Background(), []result.CaseSpec{synth("flannel", "tcp", 1, nil)}, Options{Dir: dir, RunID: "t3", Standing: perCase(),
+		Settings: Settings{Seed: 9}, NewCluster: func(context.Context, cluster.Key) (cluster.Cluster, error) {
+			return clustertest.New(clustertest.Config{Facts: facts}), nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Environment struct {
+			Dataplanes map[string]map[string]any `json:"dataplanes"`
+			Runner     Settings                  `json:"runner"`
+		} `json:"environment"`
+	}
+	if err := json.Unmarshal(b, &sum); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"backend": "lab", "dataplane": "flannel", "pod_mtu": float64(1450), "overlay": "vxlan"}
+	if got := sum.Environment.Dataplanes["flannel"]; !reflect.DeepEqual(got, want) {
+		t.Errorf("environment dataplanes[flannel] = %v, want %v", got, want)
+	}
+	if r := sum.Environment.Runner; r.Seed != 9 || r.Order != OrderRounds || r.MaxStealPct != DefaultMaxSteal {
+		t.Errorf("runner settings %+v", r)
+	}
+}
+
+// done counts measured trials only: warm-ups, failed and disturbed trials are not done (resume
+// runs them again), a trial recorded twice counts once, and a skipped case is marked as a
+// whole.
+func TestDone(t *testing.T) {
+	trial := func(id string, n int, status string) result.Trial {
+		return result.Trial{Case: result.Case{ID: id}, Trial: n, Status: status, Metrics: map[string]float64{"x": 1}}
+	}
+	warm := trial("a", 0, "ok")
+	warm.Warmup = true
+	failed := trial("b", 2, "failed")
+	failed.Error = "timeout"
+	legacyFailed := trial("b", 3, "") // written before Status existed: an error means failed
+	legacyFailed.Error = "timeout"
+	trials := []result.Trial{warm, trial("a", 1, "ok"), trial("a", 2, "ok"), trial("a", 2, "ok"), failed, legacyFailed,
+		trial("b", 1, ""), trial("b", 4, "disturbed"), trial("c", 1, "skipped")}
+	got := done(trials)
+	want := map[string]map[int]bool{
+		"a": {1: true, 2: true},
+		"b": {1: true},
+		"c": {skippedTrial: true},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("done = %v, want %v", got, want)
+	}
+}
+
+// plan.json written before settings existed resumes in the order it ran with.
+func TestLoadPlanWithoutSettings(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, PlanFile), []byte(`{"run":"old","cases":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id, _, set, err := LoadPlan(dir)
+	if err != nil || id != "old" || set.Order != OrderSequential || set.MaxStealPct != DefaultMaxSteal {
+		t.Errorf("LoadPlan = %q %+v %v", id, set, err)
+	}
+	if _, _, _, err := LoadPlan(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not a cnibench run directory") {
+		t.Errorf("missing plan: %v", err)
 	}
 }

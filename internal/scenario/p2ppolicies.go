@@ -38,7 +38,7 @@ func (p2pPolicies) Info() Info {
 		DefaultProtocols:  []string{"tcp", "udp", "rr", "crr"},
 		Params:            []string{"pods", "policies", "policy"},
 		Check:             checkPolicies,
-		Exclusive:         true,
+		Exclusive:         func(result.Case) bool { return true },
 	}
 }
 

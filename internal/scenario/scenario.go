@@ -47,9 +47,10 @@ type Info struct {
 	// Check rejects a case whose parameters do not fit together (nil: any case is fine); the
 	// CLI reports it as bad input before building anything.
 	Check func(c result.Case) error
-	// Exclusive: the scenario's fixture changes the data plane for every pod of its cluster
-	// (NetworkPolicies selecting by role), so it never shares a cluster with other fixtures.
-	Exclusive bool
+	// Exclusive says that a case's fixture cannot share its cluster with other fixtures: it
+	// changes the data plane for every pod (NetworkPolicies selecting by role) or takes a
+	// node's own ports (host-network servers). nil: fixtures share.
+	Exclusive func(c result.Case) bool
 }
 
 // Scenario is a topology plus a workload.

@@ -52,70 +52,68 @@ func Expand(groups []Group, cat Catalog, backend string, d Defaults) ([]CaseSpec
 		if g.CPUs != nil {
 			spec.CPUs = *g.CPUs
 		}
-		for _, dp := range res.dataplanes {
-			for _, pl := range res.placements {
-				if info.Valid != nil && !info.Valid(dp, pl) {
-					continue
-				}
-				for _, proto := range res.protocols {
-					tool := ""
-					if cat.Tools != nil {
-						tool = cat.Tools(proto)
-					}
-					for _, svc := range res.services {
-						for _, pol := range res.policies {
-							for _, pods := range res.pods {
-								for _, rep := range res.replicas {
-									for _, proxy := range res.proxies {
-										for _, policy := range res.policyNames {
-											for cp := 1; cp <= copies; cp++ {
-												cs := result.Case{
-													Scenario:  g.Scenario,
-													Backend:   backend,
-													Dataplane: dp,
-													Proxy:     proxy,
-													Policy:    policy,
-													Placement: pl,
-													Protocol:  proto,
-													Tool:      tool,
-													Services:  svc,
-													Policies:  pol,
-													Pods:      pods,
-													Replicas:  rep,
-													MTU:       mtu,
-													Nodes:     nodes,
-												}
-												if copies > 1 {
-													cs.Copy = cp
-												}
-												cs.ID = cs.WithParts(g.Proxy != nil, g.Policy != nil)
-												if info.Check != nil {
-													if err := info.Check(cs); err != nil {
-														return nil, c.fail("", -1, "case %s: %v", cs.ID, err)
-													}
-												}
-												s := spec
-												s.Case = cs
-												if j, dup := seen[cs.ID]; dup {
-													if err := conflict(c, group[cs.ID], out[j], s); err != nil {
-														return nil, err
-													}
-													continue
-												}
-												seen[cs.ID], group[cs.ID] = len(out), gi
-												out = append(out, s)
-											}
-										}
-									}
-								}
-							}
-						}
-					}
+		for _, cs := range res.cases(g.Scenario, backend, copies) {
+			if info.Valid != nil && !info.Valid(cs.Dataplane, cs.Placement) {
+				continue
+			}
+			if cat.Tools != nil {
+				cs.Tool = cat.Tools(cs.Protocol)
+			}
+			cs.MTU, cs.Nodes = mtu, nodes
+			cs.ID = cs.WithParts(g.Proxy != nil, g.Policy != nil)
+			if info.Check != nil {
+				if err := info.Check(cs); err != nil {
+					return nil, c.fail("", -1, "case %s: %v", cs.ID, err)
 				}
 			}
+			s := spec
+			s.Case = cs
+			if j, dup := seen[cs.ID]; dup {
+				if err := conflict(c, group[cs.ID], out[j], s); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			seen[cs.ID], group[cs.ID] = len(out), gi
+			out = append(out, s)
 		}
 	}
 	return out, nil
+}
+
+// cases are the combinations of a group's dimensions in the documented order (the first
+// dimension outermost), with the copy number when copies > 1.
+func (res resolved) cases(scen, backend string, copies int) []result.Case {
+	cs := []result.Case{{Scenario: scen, Backend: backend}}
+	cs = along(cs, res.dataplanes, func(c *result.Case, v string) { c.Dataplane = v })
+	cs = along(cs, res.placements, func(c *result.Case, v string) { c.Placement = v })
+	cs = along(cs, res.protocols, func(c *result.Case, v string) { c.Protocol = v })
+	cs = along(cs, res.services, func(c *result.Case, v int) { c.Services = v })
+	cs = along(cs, res.policies, func(c *result.Case, v int) { c.Policies = v })
+	cs = along(cs, res.pods, func(c *result.Case, v int) { c.Pods = v })
+	cs = along(cs, res.replicas, func(c *result.Case, v int) { c.Replicas = v })
+	cs = along(cs, res.proxies, func(c *result.Case, v string) { c.Proxy = v })
+	cs = along(cs, res.policyNames, func(c *result.Case, v string) { c.Policy = v })
+	if copies > 1 {
+		var nums []int
+		for n := 1; n <= copies; n++ {
+			nums = append(nums, n)
+		}
+		cs = along(cs, nums, func(c *result.Case, v int) { c.Copy = v })
+	}
+	return cs
+}
+
+// along crosses cases with one more dimension: every case once per value, in order.
+func along[T any](cases []result.Case, vals []T, set func(*result.Case, T)) []result.Case {
+	out := make([]result.Case, 0, len(cases)*len(vals))
+	for _, c := range cases {
+		for _, v := range vals {
+			set(&c, v)
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func intOr(p *int, def int) int {

@@ -39,7 +39,7 @@ func (baseline) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, op
 		if !ok {
 			return nil, cluster.Unsupported("baseline bare needs two namespaces joined by one veth pair, which backend %s cannot make", cl.Facts().Backend)
 		}
-		client, server, err := bp.BarePair(ctx, podName(opt, "client"), podName(opt, "server"))
+		client, server, err := bp.BarePair(ctx, objName(opt, "client"), objName(opt, "server"))
 		if err != nil {
 			return nil, err
 		}

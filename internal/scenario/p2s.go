@@ -94,7 +94,7 @@ func (p2s) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 	}
 	pods = append(pods, extraPods...)
 	start := time.Now()
-	svc, err := cluster.CreateService(ctx, cl, cluster.ServiceSpec{Name: "server", Selector: server.Labels, Ports: servicePorts(drv.Name())})
+	svc, err := cluster.CreateService(ctx, cl, cluster.ServiceSpec{Name: objName(opt, "server"), Selector: server.Labels, Ports: servicePorts(drv.Name())})
 	if err != nil {
 		return nil, errors.Join(err, cl.DeleteServices(context.WithoutCancel(ctx), extras), cl.DeletePods(context.WithoutCancel(ctx), pods))
 	}

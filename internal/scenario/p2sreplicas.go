@@ -88,10 +88,10 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 	}()
 
 	// The client on the first node, the replicas spread over the others, in one call.
-	specs := []cluster.PodSpec{{Name: "client", Node: nodes[0].Name, Labels: map[string]string{"app": "cnibench", "role": "client"}}}
+	specs := []cluster.PodSpec{{Name: objName(opt, "client"), Node: nodes[0].Name, Labels: fixtureLabels(opt, "client")}}
 	for i := 0; i < n; i++ {
-		specs = append(specs, cluster.PodSpec{Name: fmt.Sprintf("replica%d", i), Node: nodes[1+i%(len(nodes)-1)].Name,
-			Labels: replicaLabels(), Server: true,
+		specs = append(specs, cluster.PodSpec{Name: objName(opt, fmt.Sprintf("replica%d", i)), Node: nodes[1+i%(len(nodes)-1)].Name,
+			Labels: fixtureLabels(opt, "replica"), Server: true,
 			Ports: []cluster.ContainerPort{{Name: "http", Port: driver.HTTPPort, Protocol: "tcp"}}})
 	}
 	made, err := cl.CreatePods(ctx, specs)
@@ -132,7 +132,7 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 		return nil, err
 	}
 	start := time.Now()
-	svc, err := cluster.CreateService(ctx, cl, cluster.ServiceSpec{Name: "web", Selector: replicaLabels(),
+	svc, err := cluster.CreateService(ctx, cl, cluster.ServiceSpec{Name: objName(opt, "web"), Selector: fixtureLabels(opt, "replica"),
 		Ports: []cluster.ServicePort{{Name: "http", Port: replicasServicePort, TargetPort: driver.HTTPPort, Protocol: "tcp"}}})
 	if err != nil {
 		return nil, err
@@ -143,10 +143,6 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 	f.setup = setupMetrics(ctx, cl, map[string]float64{"services_program_ms": extraMS + svcMS, "service_program_ms": svcMS,
 		"service_endpoints": float64(len(svc.Endpoints))})
 	return f, nil
-}
-
-func replicaLabels() map[string]string {
-	return map[string]string{"app": "cnibench", "role": "replica"}
 }
 
 // Trial fetches the file driver.HTTPRequests(durationS) times (at least 100; 20 per second

@@ -115,12 +115,24 @@ func placeNodes(ctx context.Context, cl cluster.Cluster, placement string) (stri
 	return "", "", fmt.Errorf("unknown placement %q (valid: intra, inter)", placement)
 }
 
-// podName is a fixture's pod name: role, after the fixture's name when it has one.
-func podName(opt Options, role string) string {
+// objName is the name of a fixture's pod or Service: base, after the fixture's name when it
+// has one (fixtures standing in one cluster at once must not collide).
+func objName(opt Options, base string) string {
 	if opt.Name == "" {
-		return role
+		return base
 	}
-	return opt.Name + "-" + role
+	return opt.Name + "-" + base
+}
+
+// fixtureLabels are the labels of a fixture's pod in role. A fixture with a name also carries
+// it as label "fixture", so its Service selects its own pods, not those of another fixture
+// standing in the same cluster with the same role.
+func fixtureLabels(opt Options, role string) map[string]string {
+	l := map[string]string{"app": "cnibench", "role": role}
+	if opt.Name != "" {
+		l["fixture"] = opt.Name
+	}
+	return l
 }
 
 // createPair creates a client and a server pod for a placement.
@@ -129,12 +141,11 @@ func createPair(ctx context.Context, cl cluster.Cluster, opt Options, placement 
 	if err != nil {
 		return cluster.Pod{}, cluster.Pod{}, err
 	}
-	labels := func(role string) map[string]string { return map[string]string{"app": "cnibench", "role": role} }
-	client, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: podName(opt, "client"), Node: cn, Labels: labels("client"), HostNetwork: hostNetwork})
+	client, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: objName(opt, "client"), Node: cn, Labels: fixtureLabels(opt, "client"), HostNetwork: hostNetwork})
 	if err != nil {
 		return cluster.Pod{}, cluster.Pod{}, err
 	}
-	server, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: podName(opt, "server"), Node: sn, Labels: labels("server"), HostNetwork: hostNetwork, Server: true})
+	server, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: objName(opt, "server"), Node: sn, Labels: fixtureLabels(opt, "server"), HostNetwork: hostNetwork, Server: true})
 	if err != nil {
 		_ = cluster.DeletePod(ctx, cl, client.Name)
 		return cluster.Pod{}, cluster.Pod{}, err

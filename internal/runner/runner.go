@@ -316,19 +316,6 @@ func (r *run) slotKey(cs result.CaseSpec) string {
 	return fmt.Sprintf("%+v", cluster.KeyOf(cs))
 }
 
-// shares tells whether a case may stand in a cluster beside other fixtures.
-func shares(cs result.CaseSpec) bool {
-	if cs.Case.Load() > 0 {
-		return false
-	}
-	sc, err := scenario.Get(cs.Case.Scenario)
-	if err != nil {
-		return false
-	}
-	ex := sc.Info().Exclusive
-	return ex == nil || !ex(cs.Case)
-}
-
 // plan groups the cases into blocks whose clusters stand together; each block runs its own
 // rounds. Sequential order makes every case a block.
 func (r *run) plan() [][]*caseState {
@@ -363,7 +350,7 @@ func (r *run) plan() [][]*caseState {
 	// (in plan order; consecutive blocks on one key keep its cluster).
 	var light []*caseState
 	for _, c := range r.cases {
-		if shares(c.cs) {
+		if scenario.Shares(c.cs.Case) {
 			light = append(light, c)
 		}
 	}
@@ -371,7 +358,7 @@ func (r *run) plan() [][]*caseState {
 		blocks = append(blocks, light)
 	}
 	for _, c := range r.cases {
-		if !shares(c.cs) {
+		if !scenario.Shares(c.cs.Case) {
 			blocks = append(blocks, []*caseState{c})
 		}
 	}

@@ -53,6 +53,21 @@ type Info struct {
 	Exclusive func(c result.Case) bool
 }
 
+// Shares tells whether case c's fixture may stand in one cluster beside other fixtures: a case
+// that loads the data plane (Services, policies, pods, replicas) or that its scenario calls
+// exclusive stands alone, as does a case of an unknown scenario.
+func Shares(c result.Case) bool {
+	if c.Load() > 0 {
+		return false
+	}
+	sc, err := Get(c.Scenario)
+	if err != nil {
+		return false
+	}
+	ex := sc.Info().Exclusive
+	return ex == nil || !ex(c)
+}
+
 // Scenario is a topology plus a workload.
 type Scenario interface {
 	Name() string

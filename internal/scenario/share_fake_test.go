@@ -12,7 +12,7 @@ import (
 	"github.com/cnibench/cnibench/internal/scenario"
 )
 
-// On a shared cluster (kube) the runner keeps the fixtures of every light, non-exclusive case
+// On a shared cluster (kube) the runner keeps the fixtures of every case that scenario.Shares
 // standing at once, each with its own name. Every scenario's such cases must then set up side
 // by side (no two objects with one name), measure, and each Service must select its own
 // fixture's pods only: a Service over another fixture's server would measure the wrong path.
@@ -46,7 +46,7 @@ func TestLightFixturesStandTogetherInOneCluster(t *testing.T) {
 				}
 				for _, proto := range info.DefaultProtocols {
 					c := fakeCase(name, dp, pl, proto)
-					if c.Load() > 0 || (info.Exclusive != nil && info.Exclusive(c)) {
+					if !scenario.Shares(c) {
 						continue
 					}
 					opt := scenario.Options{CPUs: [2]int{0, 1}, Name: fmt.Sprintf("f%d", len(all))}
@@ -69,8 +69,8 @@ func TestLightFixturesStandTogetherInOneCluster(t *testing.T) {
 	for _, p := range fc.Pods() {
 		pods[p.IP] = p.Name
 	}
-	services := 0
-	for _, svc := range fc.Services() {
+	services := fc.Services()
+	for _, svc := range services {
 		owner, _, _ := strings.Cut(svc.Name, "-")
 		if len(svc.Endpoints) == 0 {
 			t.Errorf("Service %s selects no pod", svc.Name)
@@ -80,9 +80,8 @@ func TestLightFixturesStandTogetherInOneCluster(t *testing.T) {
 				t.Errorf("Service %s of fixture %s selects pod %s (%s) of another fixture", svc.Name, owner, pods[ep], ep)
 			}
 		}
-		services++
 	}
-	if services == 0 {
+	if len(services) == 0 {
 		t.Fatal("no Service among the standing fixtures: p2s is not covered")
 	}
 	for _, s := range all {

@@ -197,7 +197,9 @@ func TestSummarizeCoverage(t *testing.T) {
 		if n == 5 || n == 6 {
 			want = 0.92
 		}
-		if cov := float64(hit) / reps; cov < want || cov > 0.975 {
+		cov := float64(hit) / reps
+		t.Logf("n = %d: coverage %.3f", n, cov)
+		if cov < want || cov > 0.975 {
 			t.Errorf("n = %d: coverage %.3f, want 0.95", n, cov)
 		}
 	}

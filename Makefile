@@ -6,7 +6,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin/cnibench
 
-.PHONY: all deps kube-deps build demo test e2e vet fmt-check bench clean check-leftovers
+.PHONY: all deps kube-deps test-deps build demo test e2e vet fmt-check bench clean check-leftovers
 
 all: build
 
@@ -19,6 +19,11 @@ deps:
 kube-deps:
 	bash scripts/install-deps.sh --kube
 	bash scripts/kube-build.sh
+
+# What the suite needs beyond the cluster: headless Chromium (the HTML report is opened in a real
+# browser) and promtool + Prometheus (the Prometheus export is read by them).
+test-deps: kube-deps
+	bash scripts/install-deps.sh --test
 
 build: deps
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cnibench
@@ -34,8 +39,8 @@ fmt-check:
 
 # The whole suite, the real-cluster tests included (CNIBENCH_KUBE_E2E=1 makes a missing
 # Kubernetes binary a failure instead of a skip).
-test: build vet fmt-check kube-deps
-	CNIBENCH_KUBE_E2E=1 $(GO) test -count=1 -p 1 -timeout 70m ./...
+test: build vet fmt-check test-deps
+	CNIBENCH_KUBE_E2E=1 CNIBENCH_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 -timeout 70m ./...
 	$(MAKE) --no-print-directory check-leftovers
 
 # The suite ends by checking that no test object (prefix cnbt / cnbe2e / cnbdoc) is left on the host.
@@ -46,10 +51,12 @@ check-leftovers:
 	 procs=$$(pgrep -f '[c]nibench-kube/|[c]nibench-kwok' || true); \
 	 cgroups=$$(find /sys/fs/cgroup -maxdepth 2 -name 'cnbt*' 2>/dev/null || true); \
 	 mounts=$$(grep -c '[c]nibench-kube' /proc/self/mountinfo || true); \
+	 browsers=$$(pgrep -r R,S,D,T -f '[c]nibench-chromium-' || true; ls -d /tmp/cnibench-chrom[i]um-* 2>/dev/null || true); \
+	 proms=$$(pgrep -r R,S,D,T -f '[p]rometheus --config.file=/tmp/' || true); \
 	 if [ "$$mounts" = 0 ]; then mounts=; fi; \
-	 if [ -n "$$left$$state$$kube$$procs$$mounts$$cgroups" ]; then \
-	   echo "leftovers after tests: netns[$$left] state[$$state] kube[$$kube] pids[$$procs] mounts[$$mounts] cgroups[$$cgroups]"; exit 1; fi; \
-	 echo "check-leftovers: nothing with a test prefix left behind (namespaces, state, cluster dirs, processes, mounts, cgroups)"
+	 if [ -n "$$left$$state$$kube$$procs$$mounts$$cgroups$$browsers$$proms" ]; then \
+	   echo "leftovers after tests: netns[$$left] state[$$state] kube[$$kube] pids[$$procs] mounts[$$mounts] cgroups[$$cgroups] chromium[$$browsers] prometheus[$$proms]"; exit 1; fi; \
+	 echo "check-leftovers: nothing with a test prefix left behind (namespaces, state, cluster dirs, processes, mounts, cgroups, browsers, prometheus)"
 
 # Only the real-cluster tests: brings the cluster up in lab namespaces, runs the kube backend and
 # the CLI on it (also kube-proxy in nftables mode), tears down.

@@ -7,9 +7,12 @@ set -euo pipefail
 
 PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps nginx-light curl busybox-static)
 # --kube: also what the project's own Kubernetes test cluster runs on (make e2e).
-if [ "${1:-}" = "--kube" ]; then
-  PKGS+=(etcd-server containerd runc)
-fi
+# --test: also what the test suite checks the reports and exports with (a real headless browser,
+# promtool and Prometheus); implies --kube.
+case "${1:-}" in
+  --kube) PKGS+=(etcd-server containerd runc) ;;
+  --test) PKGS+=(etcd-server containerd runc chromium prometheus) ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -858,9 +858,14 @@ func TestRunBaseline(t *testing.T) {
 		}
 	}
 
-	// The table.
+	// The table: each case under the heading of its scenario and data plane, its row named by
+	// the rest of its id (baseline/bare, then "  intra/tcp  24.00 Gbit/s ..."); colour, should
+	// the environment force it, left out.
+	table := regexp.MustCompile("\x1b\\[[0-9;]*m").ReplaceAllString(r.stdout, "")
 	for _, id := range ids {
-		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(id) + `\s+\d+\.\d+ Gbit/s`).MatchString(r.stdout) {
+		p := strings.SplitN(id, "/", 3)
+		row := `(?m)^` + regexp.QuoteMeta(p[0]+"/"+p[1]) + `\n(  .*\n)*  ` + regexp.QuoteMeta(p[2]) + `\s+\d+\.\d+ Gbit/s`
+		if !regexp.MustCompile(row).MatchString(table) {
 			t.Errorf("table has no result row for %s:\n%s", id, r.stdout)
 		}
 	}
@@ -1045,6 +1050,19 @@ func TestKillCleanResume(t *testing.T) {
 	r := runCnb(t, runOpts{dir: work}, "run", "--resume", out)
 	if r.code != 0 {
 		t.Fatalf("resume: exit code %d\nstderr:\n%s", r.code, r.stderr)
+	}
+	// The resumed run writes its reports, with every case of the run in the HTML's table.
+	if !strings.Contains(r.stdout, "report: "+filepath.Join(out, reportHTMLFile)) {
+		t.Errorf("the resumed run did not say where its report is:\n%s", r.stdout)
+	}
+	if page, err := os.ReadFile(filepath.Join(out, reportHTMLFile)); err != nil {
+		t.Errorf("no report after the resume: %v", err)
+	} else {
+		for _, id := range killIDs {
+			if !strings.Contains(string(page), `<tr data-case="`+id+`"`) {
+				t.Errorf("report.html after the resume has no row for %s", id)
+			}
+		}
 	}
 	final := loadTrials(t, out)
 	for _, old := range recorded {

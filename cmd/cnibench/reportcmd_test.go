@@ -5,11 +5,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cnibench/cnibench/internal/report"
 )
 
 // reportFixtures are the report package's fixture runs: a lab run (flannel, calico, baselines)
@@ -29,11 +32,12 @@ func runReportCmd(t *testing.T, args ...string) (string, error) {
 
 func TestReportTwoRuns(t *testing.T) {
 	md := filepath.Join(t.TempDir(), "cmp.md")
-	out, err := runReportCmd(t, reportFixtures[0], reportFixtures[1], "--markdown", md)
+	page := filepath.Join(t.TempDir(), "cmp.html")
+	out, err := runReportCmd(t, reportFixtures[0], reportFixtures[1], "--markdown", md, "--out", page)
 	if err != nil {
 		t.Fatalf("report: %v\n%s", err, out)
 	}
-	for _, s := range []string{"lab flannel", "lab calico", "kube cluster (cni calico)", "p2p/inter/tcp", "0.68x", "markdown: " + md} {
+	for _, s := range []string{"lab flannel", "lab calico", "kube cluster (cni calico)", "\np2p\n  intra/tcp  15.00 Gbit/s", "0.68x", "report: " + page + " (and " + md + ")"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("no %q in\n%s", s, out)
 		}
@@ -45,9 +49,14 @@ func TestReportTwoRuns(t *testing.T) {
 	if !strings.Contains(string(b), "| p2p/inter/tcp |") || !strings.Contains(string(b), "kube cluster (cni calico)") {
 		t.Errorf("markdown:\n%s", b)
 	}
+	if h, err := os.ReadFile(page); err != nil || !strings.Contains(string(h), `<section id="comparison">`) {
+		t.Errorf("%s: %v (want the comparison)", page, err)
+	}
 	for _, d := range reportFixtures {
-		if _, err := os.Stat(filepath.Join(d, reportFile)); err == nil {
-			t.Errorf("several runs without --markdown must not write %s", filepath.Join(d, reportFile))
+		for _, f := range []string{reportFile, reportHTMLFile} {
+			if _, err := os.Stat(filepath.Join(d, f)); err == nil {
+				t.Errorf("a report of several runs must not write into a run directory: %s", filepath.Join(d, f))
+			}
 		}
 	}
 }
@@ -70,6 +79,17 @@ func TestReportOneRunWritesReportMD(t *testing.T) {
 	}
 	if md, err := os.ReadFile(filepath.Join(dir, reportFile)); err != nil || !strings.Contains(string(md), "| p2p/inter/tcp |") {
 		t.Errorf("%s: %v\n%s", reportFile, err, md)
+	}
+	if h, err := os.ReadFile(filepath.Join(dir, reportHTMLFile)); err != nil || !strings.Contains(string(h), `<table class="cases sortable"`) {
+		t.Errorf("%s: %v", reportHTMLFile, err)
+	}
+	js, err := runReportCmd(t, dir, "--output", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report.JSONReport
+	if err := json.Unmarshal([]byte(js), &rep); err != nil || len(rep.Runs) != 1 || len(rep.Runs[0].Summary.Results) == 0 {
+		t.Errorf("--output json: %v\n%.300s", err, js)
 	}
 }
 

@@ -256,12 +256,18 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluste
 	if output == "json" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
 		fmt.Fprintln(w, string(b))
+		if err := writeRunReports(cmd.ErrOrStderr(), out); err != nil {
+			return err
+		}
 		return failedCases(sum, out)
 	}
-	if err := report.Table(w, sum); err != nil {
+	if err := report.Table(w, sum, report.Style{Color: report.IsTerminal(w)}); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nresults: %s (results.jsonl, summary.json, summary.csv)\n", out)
+	if err := writeRunReports(w, out); err != nil {
+		return err
+	}
 	return failedCases(sum, out)
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,6 +34,7 @@ func TestSeedPlanCI(t *testing.T) {
 	if len(sum.Results) != 40 {
 		t.Errorf("%d cases, want 40", len(sum.Results))
 	}
+	checkSeedReport(t, out, r.stdout)
 	for _, c := range sum.Results {
 		id := c.Case.ID
 		mean := func(k string) float64 { return c.Metrics[k].Mean }
@@ -62,6 +65,59 @@ func TestSeedPlanCI(t *testing.T) {
 			if mean("ttfb_seed_ms") <= 0 || mean("transfer_bps") <= 0 {
 				t.Errorf("%s: TTFB %v ms, rate %v", id, mean("ttfb_seed_ms"), mean("transfer_bps"))
 			}
+		}
+	}
+}
+
+// checkSeedReport: the run wrote report.html and report.md and said where; the Markdown holds
+// seed 001's Tables 5.1-5.6, each row with the server and client command lines the trials
+// recorded, and a figure or a status in every data plane column.
+func checkSeedReport(t *testing.T, out, stdout string) {
+	t.Helper()
+	if !strings.Contains(stdout, "report: "+filepath.Join(out, reportHTMLFile)) {
+		t.Errorf("the run did not say where its report is:\n%s", stdout)
+	}
+	if fi, err := os.Stat(filepath.Join(out, reportHTMLFile)); err != nil || fi.Size() == 0 {
+		t.Errorf("no %s: %v", reportHTMLFile, err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, reportFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := strings.Split(string(md), "\n### ")
+	for i := 1; i <= 6; i++ {
+		var table string
+		for _, tb := range tables {
+			if strings.HasPrefix(tb, fmt.Sprintf("Table 5.%d:", i)) {
+				table = tb
+			}
+		}
+		if table == "" {
+			t.Errorf("report.md has no Table 5.%d", i)
+			continue
+		}
+		rows := 0
+		for _, l := range strings.Split(table, "\n")[4:] {
+			if !strings.HasPrefix(l, "| ") {
+				break
+			}
+			rows++
+			cells := strings.Split(strings.Trim(l, "| "), " | ")
+			if len(cells) != 7 { // protocol, placement, scale, server, client, flannel, calico
+				t.Errorf("Table 5.%d row %q: %d cells, want 7", i, l, len(cells))
+				continue
+			}
+			if strings.Contains(cells[3], "not recorded") || strings.Contains(cells[4], "not recorded") {
+				t.Errorf("Table 5.%d row %q: commands not recorded", i, l)
+			}
+			for _, c := range cells[5:] {
+				if c == "" {
+					t.Errorf("Table 5.%d row %q: an empty figure", i, l)
+				}
+			}
+		}
+		if rows == 0 {
+			t.Errorf("Table 5.%d has no rows:\n%s", i, table)
 		}
 	}
 }

@@ -7,39 +7,191 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/cnibench/cnibench/internal/result"
 )
 
-// Run is one run directory and its summary.json.
-type Run struct {
-	Dir     string
-	Summary result.Summary
-}
-
-// Compare writes the runs side by side for the terminal: one column per (run, data plane), one
-// row per comparison key (result.Case.CompareKey), each cell the primary metric's trimmed mean
-// with the half-width of its 95 % CI, and, with several columns, each column's ratio to the
-// first. Under the table, one line per column with the environment facts that matter. With a
-// single run it is that run's per-dataplane view.
-func Compare(w io.Writer, runs []Run) error {
+// Compare writes the runs side by side for the terminal in at most 100 columns: one column
+// per (run, data plane), one row per comparison key (result.Case.CompareKey) listed under a
+// heading per scenario (per baseline for baselines), each cell the primary metric's trimmed
+// mean with the half-width of its 95 % CI, and, with several columns, each column's ratio to
+// the first. Columns that do not fit beside each other continue in a block below; a long
+// column label wraps over header lines. Under the table, one line per column with the
+// environment facts that matter. With a single run it is that run's per-dataplane view.
+// Without a style it is plain text; with colour the values are bold, skipped yellow and
+// failed red (the ratios are of two trimmed means, without an interval: not coloured).
+func Compare(w io.Writer, runs []Run, style ...Style) error {
+	var st Style
+	if len(style) > 0 {
+		st = style[0]
+	}
 	g := buildGrid(runs)
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	for _, row := range g.rows("CASE", "RATIO") {
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
+	o := &termOut{st: st}
+	g.write(o)
+	o.blank()
 	if len(g.cols) > 1 {
-		fmt.Fprintf(w, "RATIO: the column to its left divided by %s, same row.\n", g.cols[0].label)
+		o.text(fmt.Sprintf("RATIO: the column to its left divided by %s, same row.", g.cols[0].label), 0, 2)
 	}
 	for _, c := range g.cols {
-		fmt.Fprintf(w, "%s: %s\n", c.label, c.facts)
+		o.text(c.label+": "+c.facts, 0, 2)
 	}
-	return nil
+	return o.flush(w)
+}
+
+// labelWrap is the width a column label wraps at when the column's cells are narrower.
+const labelWrap = 30
+
+// write lays the grid out in the terminal width (see Compare).
+func (g *grid) write(o *termOut) {
+	var groups []string
+	keys := map[string][]string{} // group -> its keys
+	rest := map[string]string{}
+	for _, k := range g.keys {
+		gr, r := keyGroup(k, g.cells[k])
+		if _, ok := keys[gr]; !ok {
+			groups = append(groups, gr)
+		}
+		keys[gr] = append(keys[gr], k)
+		rest[k] = r
+	}
+	caseW := len("CASE")
+	for _, gr := range groups {
+		for _, k := range keys[gr] {
+			caseW = max(caseW, indentOf(gr)+utf8.RuneCountInString(rest[k]))
+		}
+	}
+	n := len(g.cols)
+	colW, ratioW := make([]int, n), make([]int, n)
+	labels := make([][]segs, n)
+	widest := 0 // the widest column with its ratio
+	for j, c := range g.cols {
+		cells := 0
+		for _, k := range g.keys {
+			cells = max(cells, utf8.RuneCountInString(cell(g.cells[k][j])))
+			ratioW[j] = max(ratioW[j], len("RATIO"), utf8.RuneCountInString(ratio(g.cells[k][j], g.cells[k][0])))
+		}
+		colW[j] = max(cells, min(utf8.RuneCountInString(c.label), max(cells, labelWrap)))
+		labels[j] = wrapLabel(c.label, colW[j])
+		widest = max(widest, colW[j]+colRatio(j, ratioW))
+	}
+	caseW = max(min(caseW, termWidth-2-widest), len("CASE"))
+	// Blocks of columns that fit beside the CASE column.
+	var blocks [][]int
+	used := 0
+	for j := range g.cols {
+		need := 2 + colW[j] + colRatio(j, ratioW)
+		if len(blocks) == 0 || used+need > termWidth {
+			blocks = append(blocks, nil)
+			used = caseW
+		}
+		blocks[len(blocks)-1] = append(blocks[len(blocks)-1], j)
+		used += need
+	}
+	for b, block := range blocks {
+		if b > 0 {
+			o.blank()
+		}
+		lines := 0
+		for _, j := range block {
+			lines = max(lines, len(labels[j]))
+		}
+		for i := range lines {
+			caseHead, ratioHead := "", ""
+			if i == 0 {
+				caseHead, ratioHead = "CASE", "RATIO"
+			}
+			head := pad(plain(caseHead), caseW+2)
+			for _, j := range block {
+				var l segs
+				if i < len(labels[j]) {
+					l = labels[j][i]
+				}
+				head = append(head, pad(l, colW[j]+2)...)
+				if j > 0 {
+					head = append(head, pad(plain(ratioHead), ratioW[j]+2)...)
+				}
+			}
+			o.line(head)
+		}
+		for _, gr := range groups {
+			if gr != "" {
+				for _, l := range wrap(plain(gr), 0, 2) {
+					o.line(l)
+				}
+			}
+			for _, k := range keys[gr] {
+				cells := g.cells[k]
+				var right segs
+				for _, j := range block {
+					right = append(right, pad(cellSegs(cells[j]), colW[j]+2)...)
+					if j > 0 {
+						right = append(right, pad(plain(ratio(cells[j], cells[0])), ratioW[j]+2)...)
+					}
+				}
+				o.row(rest[k], indentOf(gr), caseW, []segs{right})
+			}
+		}
+	}
+}
+
+// wrapLabel breaks a column label into lines of at most width, keeping a parenthesis
+// ("(cni calico)") on one line when it can and breaking a long run directory's name after a
+// '-'.
+func wrapLabel(label string, width int) []segs {
+	depth := 0
+	keep := []rune(label)
+	for i, r := range keep {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')':
+			depth = max(depth-1, 0)
+		case r == ' ' && depth > 0:
+			keep[i] = '\u00a0'
+		}
+	}
+	var out []segs
+	for _, r := range breakLinesAfter(string(keep), width, "/-") {
+		out = append(out, plain(strings.ReplaceAll(string(keep[r[0]:r[1]]), "\u00a0", " ")))
+	}
+	return out
+}
+
+// colRatio is the room column j's RATIO takes beside it (the first column has none).
+func colRatio(j int, ratioW []int) int {
+	if j == 0 {
+		return 0
+	}
+	return 2 + ratioW[j]
+}
+
+// keyGroup splits a comparison key into the heading it is listed under, its scenario (a
+// baseline's with its kind: "baseline/bare"), and the rest ("inter/tcp").
+func keyGroup(key string, cells []*result.CaseResult) (group, rest string) {
+	lead := 1
+	for _, c := range cells {
+		if c != nil && c.Case.Scenario == "baseline" {
+			lead = 2
+		}
+	}
+	parts := strings.Split(key, "/")
+	if len(parts) <= lead {
+		return "", key
+	}
+	return strings.Join(parts[:lead], "/"), strings.Join(parts[lead:], "/")
+}
+
+// cellSegs is cell with its colour: a value bold, a status yellow (skipped) or red.
+func cellSegs(r *result.CaseResult) segs {
+	s := cell(r)
+	if _, _, ok := primary(r); ok {
+		return styled(sgrBold, s)
+	}
+	if r != nil && r.Status != "ok" && r.Status != "" {
+		return styled(statusSGR(r.Status), s)
+	}
+	return plain(s)
 }
 
 // CompareMarkdown writes what Compare writes as a Markdown document (a pipe table and a list

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,20 +25,54 @@ func fixtureRuns(t *testing.T) []Run {
 	return runs
 }
 
-// cols splits a terminal table line on the tabwriter's padding (two spaces or more).
+// cols splits a terminal table line on the padding between its columns (two spaces or more).
 func cols(line string) []string {
 	return regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(line), -1)
 }
 
+// tableRows reads a comparison back: its rows keyed by comparison key (the group heading above
+// a row, then the row's first column), its header under "CASE"; a table continued in blocks
+// below adds its columns to the same rows.
 func tableRows(t *testing.T, out string) map[string][]string {
 	t.Helper()
 	rows := map[string][]string{}
+	group := ""
 	for _, l := range strings.Split(out, "\n") {
-		if c := cols(l); len(c) > 1 {
-			rows[c[0]] = c
+		c := cols(l)
+		switch {
+		case l == "":
+			continue
+		case !strings.HasPrefix(l, " ") && len(c) == 1:
+			group = l
+			continue
+		case len(c) < 2:
+			continue
+		}
+		key := c[0]
+		if strings.HasPrefix(l, " ") && group != "" {
+			key = group + "/" + key
+		}
+		if rows[key] == nil {
+			rows[key] = append([]string{key}, c[1:]...)
+		} else {
+			rows[key] = append(rows[key], c[1:]...)
 		}
 	}
 	return rows
+}
+
+// lines is out's lines with the continuation lines of wrapped text (indented by two blanks)
+// joined to the line they continue.
+func lines(out string) []string {
+	var ls []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "  ") && len(ls) > 0 {
+			ls[len(ls)-1] += " " + strings.TrimSpace(l)
+			continue
+		}
+		ls = append(ls, l)
+	}
+	return ls
 }
 
 func TestCompareKey(t *testing.T) {
@@ -99,15 +134,16 @@ func TestCompareAlignsRunsByKey(t *testing.T) {
 			t.Errorf("row by case id %s: rows must be keyed without the dataplane\n%s", id, out)
 		}
 	}
-	// Rows in first-seen order: the lab run's baselines, then its pod cases.
-	if i, j := strings.Index(out, "baseline/bare/intra/tcp"), strings.Index(out, "p2p/intra/tcp"); i < 0 || j < i {
-		t.Errorf("rows not in first-seen order:\n%s", out)
+	// Rows under a heading per scenario (per baseline), in first-seen order: the lab run's
+	// baselines, then its pod cases.
+	if i, j := strings.Index(out, "\nbaseline/bare\n  intra/tcp "), strings.Index(out, "\np2p\n  intra/tcp "); i < 0 || j < i {
+		t.Errorf("rows not under their headings in first-seen order:\n%s", out)
 	}
 	for _, f := range []string{
 		"lab flannel: kernel 6.18.44-fc-v595, pod_mtu 1450",
 		"kube cluster (cni calico): kernel 6.1.0-28-amd64, kubernetes_version v1.31.2, cni calico, kube_proxy_mode iptables",
 	} {
-		if !strings.Contains(out, f+"\n") {
+		if !slices.Contains(lines(out), f) {
 			t.Errorf("no environment line %q in\n%s", f, out)
 		}
 	}

@@ -63,28 +63,38 @@ func (c Case) CompareKey() string {
 // joinID joins the leading parts of an id and the scale suffixes of the case's set scale
 // dimensions with "/".
 func (c Case) joinID(parts ...string) string {
-	if c.Services > 0 {
-		parts = append(parts, fmt.Sprintf("svc=%d", c.Services))
-	}
-	if c.Policies > 0 {
-		parts = append(parts, fmt.Sprintf("pol=%d", c.Policies))
-	}
-	if c.Pods > 0 {
-		parts = append(parts, fmt.Sprintf("pods=%d", c.Pods))
-	}
-	if c.Replicas > 1 {
-		parts = append(parts, fmt.Sprintf("rep=%d", c.Replicas))
-	}
-	if c.MTU != 0 && c.MTU != DefaultMTU {
-		parts = append(parts, fmt.Sprintf("mtu=%d", c.MTU))
-	}
-	if c.Nodes != 0 && c.Nodes != DefaultNodes {
-		parts = append(parts, fmt.Sprintf("nodes=%d", c.Nodes))
-	}
-	if c.Copy > 1 {
-		parts = append(parts, fmt.Sprintf("copy=%d", c.Copy))
+	for _, d := range c.Dims() {
+		if d.Set {
+			parts = append(parts, fmt.Sprintf("%s=%d", d.Key, d.Value))
+		}
 	}
 	return strings.Join(parts, "/")
+}
+
+// Dim is one scale dimension of a case: its key in case ids ("svc"), the label it is known by
+// ("services"), its value, whether it is set (only set dimensions are in the id) and whether
+// it is a sweep a reader plots results against (an A/A copy number is not).
+type Dim struct {
+	Key   string
+	Name  string
+	Value int
+	Set   bool
+	Sweep bool
+}
+
+// Dims lists the case's scale dimensions in id order. It is the one list of them: ids, report
+// sweeps and pivot tables all follow it, so a new dimension (chain length, rule count, frame
+// size) is added here once.
+func (c Case) Dims() []Dim {
+	return []Dim{
+		{Key: "svc", Name: "services", Value: c.Services, Set: c.Services > 0, Sweep: true},
+		{Key: "pol", Name: "policies", Value: c.Policies, Set: c.Policies > 0, Sweep: true},
+		{Key: "pods", Name: "pods", Value: c.Pods, Set: c.Pods > 0, Sweep: true},
+		{Key: "rep", Name: "replicas", Value: c.Replicas, Set: c.Replicas > 1, Sweep: true},
+		{Key: "mtu", Name: "mtu", Value: c.MTU, Set: c.MTU != 0 && c.MTU != DefaultMTU, Sweep: true},
+		{Key: "nodes", Name: "nodes", Value: c.Nodes, Set: c.Nodes != 0 && c.Nodes != DefaultNodes, Sweep: true},
+		{Key: "copy", Name: "copy", Value: c.Copy, Set: c.Copy > 1},
+	}
 }
 
 // Load is how many objects the case loads its cluster with beyond the measuring pods:
@@ -174,6 +184,13 @@ type Trial struct {
 	// Notes say what was done to the tool's figures (a value out of range left out, ...).
 	Notes []string `json:"notes,omitempty"`
 }
+
+// Condition keys under which a trial records the command lines it ran (Trial.Conditions), as
+// one string each: the server's (started at set-up) and the measuring client's.
+const (
+	ServerCommandKey = "server_command"
+	ClientCommandKey = "client_command"
+)
 
 // MetricSummary is the aggregate of one metric over a case's trials.
 type MetricSummary struct {

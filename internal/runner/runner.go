@@ -28,7 +28,7 @@ import (
 )
 
 // PlanFile records the expanded cases of a run and its settings, so --resume can finish it.
-const PlanFile = "plan.json"
+const PlanFile = result.PlanFile
 
 // Orders of the trials.
 const (
@@ -660,6 +660,12 @@ func (r *run) trialRecord(cs result.CaseSpec, n int, warmup bool, start time.Tim
 	}
 	for k, v := range m.Metrics {
 		t.Metrics[k] = v
+	}
+	if len(m.Server) > 0 {
+		t.Conditions[result.ServerCommandKey] = strings.Join(m.Server, " ")
+	}
+	if len(m.Client) > 0 {
+		t.Conditions[result.ClientCommandKey] = strings.Join(m.Client, " ")
 	}
 	if terr == nil {
 		t.Notes, terr = sanitize(t.Metrics)

@@ -21,6 +21,8 @@ type trialFrame struct {
 	// set counts from cl.Programmed), added to every trial's metrics: they are conditions of
 	// each trial, and the summary then shows them beside the measurements.
 	setup map[string]float64
+	// serverCmd is the server's command line, started at set-up.
+	serverCmd []string
 }
 
 // pin prefixes argv with taskset so placement on this small machine is never left to chance.
@@ -73,7 +75,7 @@ func measure[T any](ctx context.Context, fr *trialFrame, tool string, argv []str
 	for k, v := range fr.setup {
 		m[k] = v
 	}
-	return Measurement{Metrics: m, Raw: res.Stdout}, err
+	return Measurement{Metrics: m, Raw: res.Stdout, Server: fr.serverCmd, Client: argv}, err
 }
 
 // excerptLines keeps the first n lines of s (curl prints one error line per failed request).

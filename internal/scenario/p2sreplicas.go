@@ -116,7 +116,8 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 		if res.ExitCode != 0 {
 			return fmt.Errorf("prepare nginx in %s: exit %d: %s", pod.Name, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 		}
-		f.procs[i], err = cl.Start(ctx, pod.Name, pin(opt.CPUs[1], driver.NginxCommand(dir)), cluster.Ready{TCPPort: driver.HTTPPort})
+		f.serverCmd = pin(opt.CPUs[1], driver.NginxCommand(dir))
+		f.procs[i], err = cl.Start(ctx, pod.Name, f.serverCmd, cluster.Ready{TCPPort: driver.HTTPPort})
 		return err
 	})
 	if err != nil {

@@ -55,7 +55,8 @@ func startPair(ctx context.Context, cl cluster.Cluster, c result.Case, opt Optio
 	if f.drv.Name() == "netperf" {
 		f.spec.DataPort = netperfDataPort
 	}
-	f.srv, err = cl.Start(ctx, server.Name, pin(opt.CPUs[1], f.drv.ServerCommand(port)), cluster.Ready{TCPPort: port})
+	f.serverCmd = pin(opt.CPUs[1], f.drv.ServerCommand(port))
+	f.srv, err = cl.Start(ctx, server.Name, f.serverCmd, cluster.Ready{TCPPort: port})
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,9 @@ type Options struct {
 type Measurement struct {
 	Metrics map[string]float64
 	Raw     []byte // the tool's output, kept next to results.jsonl
+	// Server and Client are the command lines the trial ran (the server's started at set-up),
+	// recorded with the trial so a report can show what was measured, as seed 001's tables do.
+	Server, Client []string
 }
 
 // Fixture is a case set up and ready to run trials.

@@ -1,0 +1,89 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/cnibench/cnibench/internal/result"
+)
+
+// Markdown writes the report as Markdown: the runs side by side (CompareMarkdown), then for
+// each run seed 001's tables, a pivot table per scenario (a sweep down, data planes across)
+// and what went wrong. The charts are in the HTML report only.
+func Markdown(w io.Writer, runs []Run) error {
+	if err := CompareMarkdown(w, runs); err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if len(runs) > 1 {
+			fmt.Fprintf(w, "\n## Run `%s`\n", r.Summary.Run)
+		}
+		cmds := commands(r.Trials)
+		for _, st := range seedTables {
+			pv := buildPivot(st.title, r.Summary.Results, func(c result.Case) bool {
+				return slices.Contains(st.scenarios, c.Scenario) && slices.Contains(st.protocols, c.Protocol)
+			})
+			mdPivot(w, pv, cmds)
+		}
+		names, by := scenarios(r.Summary.Results)
+		for _, n := range names {
+			mdPivot(w, buildPivot(n+": a sweep down, data planes across", by[n], func(result.Case) bool { return true }), nil)
+		}
+		mdProblems(w, r.Summary)
+	}
+	return nil
+}
+
+func mdCell(s string) string { return strings.ReplaceAll(s, "|", "/") }
+
+func mdPivot(w io.Writer, pv pivot, cmds map[string][2]string) {
+	if len(pv.rows) == 0 {
+		return
+	}
+	head := []string{"protocol", "placement", "scale"}
+	if cmds != nil {
+		head = append(head, "server command", "client command")
+	}
+	head = append(head, pv.variants...)
+	fmt.Fprintf(w, "\n### %s\n\n| %s |\n|%s\n", pv.title, strings.Join(head, " | "), strings.Repeat("---|", len(head)))
+	for _, r := range pv.rows {
+		row := []string{r.scenario + " " + r.protocol + " (" + r.tool + ")", r.placement, r.scale}
+		if cmds != nil {
+			cmd := r.command(cmds)
+			row = append(row, "`"+orDefault(cmd[0], "not recorded")+"`", "`"+orDefault(cmd[1], "not recorded")+"`")
+		}
+		for _, v := range pv.variants {
+			row = append(row, cellText(r.cells[v]))
+		}
+		for i := range row {
+			row[i] = mdCell(row[i])
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	}
+}
+
+func mdProblems(w io.Writer, s result.Summary) {
+	var lines []string
+	for _, r := range s.Results {
+		if r.Status != "ok" {
+			lines = append(lines, fmt.Sprintf("- **%s** %s: %s", orDefault(r.Status, "failed"), r.Case.ID, r.Reason))
+		}
+		if r.Disturbed > 0 {
+			lines = append(lines, fmt.Sprintf("- **disturbed** %s: %d trial(s) disturbed by steal, %d not made good", r.Case.ID, r.Disturbed, r.Lost))
+		}
+		if c := r.Convergence; c != nil && !c.Converged {
+			lines = append(lines, fmt.Sprintf("- **not converged** %s: CI half-width %.1f %% > %g %% after %d trials: %s", r.Case.ID, c.HalfWidthPct, c.TargetPct, c.Trials, c.Reason))
+		}
+		for _, n := range r.Notes {
+			lines = append(lines, fmt.Sprintf("- **note** %s: %s", r.Case.ID, n))
+		}
+	}
+	fmt.Fprint(w, "\n### Problems\n\n")
+	if len(lines) == 0 {
+		fmt.Fprintln(w, "None: every case was measured, no trial was disturbed, nothing to note.")
+		return
+	}
+	fmt.Fprintln(w, strings.Join(lines, "\n"))
+}

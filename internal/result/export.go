@@ -1,0 +1,209 @@
+package result
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Export formats: what `cnibench export DIR --format F` writes, each in the format its
+// consumer already reads.
+const (
+	// FormatCSV is k8s-netperf's result CSV (its columns, in its order, in its units) followed
+	// by cnibench's case labels: one row per case.
+	FormatCSV = "csv"
+	// FormatPerfdash is the perf-tests PerfData JSON that perfdash (and cilium connectivity
+	// perf) use: one data item per case and metric group.
+	FormatPerfdash = "perfdash"
+	// FormatProm is OpenMetrics 1.0.0 text: one sample per measured trial and metric at the
+	// trial's start, for promtool tsdb create-blocks-from openmetrics.
+	FormatProm = "prom"
+)
+
+// ExportFormats lists the export formats in the order help texts name them.
+var ExportFormats = []string{FormatCSV, FormatPerfdash, FormatProm}
+
+// ErrNotRun is returned (wrapped) when a directory lacks what an export reads: it is not a
+// cnibench run directory, or not a finished one.
+var ErrNotRun = errors.New("not a cnibench run directory")
+
+// PlanFile is the expanded plan a run records (written by the runner; read here for the cases'
+// durations).
+const PlanFile = "plan.json"
+
+// Run is what the exports read from a run directory. Each part is optional on its own: a run
+// interrupted before its summary has trials but no Summary; an old run may have no plan.
+type Run struct {
+	Dir        string
+	Summary    Summary
+	HasSummary bool
+	Trials     []Trial
+	HasTrials  bool
+	// Plan holds the run's case specs by case id and Settings the runner's settings (both nil
+	// without plan.json).
+	Plan     map[string]CaseSpec
+	Settings map[string]any
+}
+
+// LoadRun reads summary.json, results.jsonl and plan.json from dir. It fails with an error
+// wrapping ErrNotRun when dir holds neither a summary nor trials; a part that exists but cannot
+// be read is an error of its own.
+func LoadRun(dir string) (Run, error) {
+	r := Run{Dir: dir}
+	s, err := ReadSummary(dir)
+	switch {
+	case err == nil:
+		r.Summary, r.HasSummary = s, true
+	case !errors.Is(err, fs.ErrNotExist) && !isNotDir(err):
+		return Run{}, err
+	}
+	trials, err := LoadTrials(dir)
+	switch {
+	case err == nil:
+		r.Trials, r.HasTrials = trials, true
+	case !errors.Is(err, fs.ErrNotExist) && !isNotDir(err):
+		return Run{}, err
+	}
+	if !r.HasSummary && !r.HasTrials {
+		return Run{}, fmt.Errorf("%s has neither %s nor %s: %w", dir, SummaryJSONFile, TrialsFile, ErrNotRun)
+	}
+	plan, settings, err := readPlan(dir)
+	if err != nil {
+		return Run{}, err
+	}
+	r.Plan, r.Settings = plan, settings
+	return r, nil
+}
+
+func isNotDir(err error) bool { return errors.Is(err, syscall.ENOTDIR) }
+
+// readPlan reads the cases of dir/plan.json by id and the run's settings; a missing plan is
+// not an error.
+func readPlan(dir string) (map[string]CaseSpec, map[string]any, error) {
+	path := filepath.Join(dir, PlanFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var p struct {
+		Settings map[string]any `json:"settings"`
+		Cases    []CaseSpec     `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, nil, fmt.Errorf("decode %s: %w", path, err)
+	}
+	out := make(map[string]CaseSpec, len(p.Cases))
+	for _, cs := range p.Cases {
+		out[caseKey(cs.Case)] = cs
+	}
+	return out, p.Settings, nil
+}
+
+// Export writes run r in format to w.
+func Export(w io.Writer, format string, r Run) error {
+	switch format {
+	case FormatCSV:
+		return WriteNetperfCSV(w, r)
+	case FormatPerfdash:
+		return WritePerfdash(w, r)
+	case FormatProm:
+		return WriteOpenMetrics(w, r)
+	}
+	return fmt.Errorf("unknown export format %q (valid: %s)", format, strings.Join(ExportFormats, ", "))
+}
+
+// WriteFileAtomic writes data to path through a temporary file in the same directory that is
+// synced and renamed over path: readers see the old file or the whole new one.
+func WriteFileAtomic(path string, data []byte) error { return writeFileAtomic(path, data) }
+
+// needSummary fails, wrapping ErrNotRun, when r has no summary.json.
+func (r Run) needSummary(format string) error {
+	if r.HasSummary {
+		return nil
+	}
+	return fmt.Errorf("%s has no %s (the %s export reads it; 'cnibench run --resume %s' writes it): %w",
+		r.Dir, SummaryJSONFile, format, r.Dir, ErrNotRun)
+}
+
+// caseKey is a case's id, or the id it would have.
+func caseKey(c Case) string {
+	if c.ID != "" {
+		return c.ID
+	}
+	return c.MakeID()
+}
+
+// measured tells whether a trial counts in the statistics: not a warm-up, and ok (an empty
+// status without an error is ok, as in the aggregation).
+func measured(t Trial) bool {
+	if t.Warmup {
+		return false
+	}
+	return t.Status == "ok" || (t.Status == "" && t.Error == "")
+}
+
+// trialsByCase returns the measured trials per case id, in file order.
+func (r Run) trialsByCase() map[string][]Trial {
+	out := map[string][]Trial{}
+	for _, t := range r.Trials {
+		if measured(t) {
+			id := caseKey(t.Case)
+			out[id] = append(out[id], t)
+		}
+	}
+	return out
+}
+
+// conditionInt returns a trial condition as an int (JSON numbers decode as float64; a string
+// holding an integer is accepted too).
+func conditionInt(t Trial, key string) (int, bool) {
+	switch v := t.Conditions[key].(type) {
+	case float64:
+		if v == float64(int(v)) {
+			return int(v), true
+		}
+	case int:
+		return v, true
+	case json.Number:
+		if n, err := v.Int64(); err == nil {
+			return int(n), true
+		}
+	case string:
+		if n, err := strconv.Atoi(v); err == nil {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// caseLabels are a case's labels as name/value pairs, in the order of DESIGN.md's case
+// labels; scale dimensions beyond the four counts (mtu, nodes, copy) only when set.
+func caseLabels(c Case) [][2]string {
+	l := [][2]string{
+		{"case", caseKey(c)}, {"scenario", c.Scenario}, {"backend", c.Backend},
+		{"dataplane", c.Dataplane}, {"attach", c.Attach}, {"overlay", c.Overlay},
+		{"proxy", c.Proxy}, {"policy", c.Policy}, {"placement", c.Placement},
+		{"protocol", c.Protocol}, {"tool", c.Tool},
+	}
+	for _, d := range c.Dims() {
+		switch d.Name {
+		case "services", "policies", "pods", "replicas":
+			l = append(l, [2]string{d.Name, strconv.Itoa(d.Value)})
+		default:
+			if d.Set {
+				l = append(l, [2]string{d.Name, strconv.Itoa(d.Value)})
+			}
+		}
+	}
+	return l
+}

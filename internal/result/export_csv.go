@@ -1,0 +1,234 @@
+package result
+
+import (
+	"encoding/csv"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// NetperfCSVColumns are the columns of k8s-netperf's result CSV, names and order exactly as
+// k8s-netperf writes them (github.com/cloud-bulldozer/k8s-netperf, pkg/archive/archive.go:
+// commonCsvHeaderFields followed by the four columns WriteCSVResult appends; commit
+// fb9a2ec1091dae38ec476ec4bcf27e0bd412793a). Scripts written against k8s-netperf's
+// result-*.csv read these columns of ours unchanged.
+var NetperfCSVColumns = []string{
+	"Driver",
+	"Profile",
+	"Same node",
+	"Host Network",
+	"VM mode",
+	"Service",
+	"External Server",
+	"UDN Info",
+	"Bridge Info",
+	"SR-IOV Info",
+	"Macvlan Info",
+	"Localnet Info",
+	"Duration",
+	"Parallelism",
+	"# of Samples",
+	"Message Size",
+	"Burst",
+	"Confidence metric - low",
+	"Confidence metric - high",
+	"Avg Throughput",
+	"Throughput Metric",
+	"99%tile Observed Latency",
+	"Latency Metric",
+}
+
+// CaseCSVColumns are the columns that follow k8s-netperf's in the csv export: the case labels
+// of DESIGN.md, the case's status and reason, and "metric", the cnibench metric behind "Avg
+// Throughput", the confidence interval and "# of Samples" (the case's headline metric, except
+// for HTTP, whose headline is a time to first byte: there it is the request rate).
+var CaseCSVColumns = []string{
+	"case", "scenario", "backend", "dataplane", "attach", "overlay", "proxy", "policy",
+	"placement", "protocol", "services", "policies", "pods", "replicas", "status", "reason",
+	"metric",
+}
+
+// NetperfCSVHeader is the header of the csv export.
+func NetperfCSVHeader() []string {
+	return append(append([]string{}, NetperfCSVColumns...), CaseCSVColumns...)
+}
+
+// Condition keys a trial may record that map to k8s-netperf columns: parallel streams
+// ("Parallelism", 1 when absent) and the message size ("Message Size", 0 when absent).
+const (
+	StreamsCondition     = "streams"
+	MessageSizeCondition = "message_size"
+)
+
+// netperfProfile is how a cnibench protocol reads in k8s-netperf's terms: its profile name, the
+// metric that is its "Avg Throughput", and the unit k8s-netperf prints it in.
+type netperfProfile struct {
+	profile string
+	metric  string
+	unit    string  // "Throughput Metric"
+	scale   float64 // cnibench value / scale = value in unit
+}
+
+// netperfProfiles: streams in Mb/s (k8s-netperf divides iperf3's bits/s by 1e6 and calls it
+// Mb/s; netperf's own Mb/s is 10^6 bits/s too), transactions and requests in OP/s. k8s-netperf
+// has no HTTP profile: "HTTP" is ours.
+var netperfProfiles = map[string]netperfProfile{
+	"tcp":  {"TCP_STREAM", "throughput_bps", "Mb/s", 1e6},
+	"udp":  {"UDP_STREAM", "throughput_bps", "Mb/s", 1e6},
+	"rr":   {"TCP_RR", "transactions_per_s", "OP/s", 1},
+	"crr":  {"TCP_CRR", "transactions_per_s", "OP/s", 1},
+	"http": {"HTTP", "requests_per_s", "OP/s", 1},
+}
+
+// profileOf returns a case's k8s-netperf profile; an unknown protocol is named in capitals
+// and reports its headline metric in its own unit.
+func profileOf(c Case) netperfProfile {
+	if p, ok := netperfProfiles[c.Protocol]; ok {
+		return p
+	}
+	m := c.Primary()
+	p := netperfProfile{profile: strings.ToUpper(c.Protocol), metric: m, unit: "", scale: 1}
+	if strings.HasSuffix(m, "_bps") {
+		p.unit, p.scale = "Mb/s", 1e6
+	} else if strings.HasSuffix(m, "_per_s") {
+		p.unit = "OP/s"
+	} else if i := strings.LastIndexByte(m, '_'); i >= 0 {
+		p.unit = m[i+1:]
+	}
+	return p
+}
+
+// p99Latency returns a case's 99th-percentile latency in microseconds ("usec", as
+// k8s-netperf's "99%tile Observed Latency"): the trimmed mean of the trials' p99 of the
+// request/response latency, or of HTTP's time to first byte.
+func p99Latency(r CaseResult) (float64, bool) {
+	if m, ok := r.Metrics["latency_p99_us"]; ok && m.N > 0 {
+		return m.TrimmedMean, true
+	}
+	if m, ok := r.Metrics["ttfb_p99_ms"]; ok && m.N > 0 {
+		return m.TrimmedMean * 1000, true
+	}
+	return 0, false
+}
+
+// hostNetwork tells whether a case measures the host network: the node-to-node baseline.
+func hostNetwork(c Case) bool { return c.Scenario == "baseline" && c.Dataplane == "node2node" }
+
+// throughService tells whether a case's client talks to a Service: the p2s scenarios (the
+// only ones that take Services).
+func throughService(c Case) bool {
+	return strings.HasPrefix(c.Scenario, "p2s") || c.Services > 0
+}
+
+// WriteNetperfCSV writes the csv export: k8s-netperf's result columns, then the case labels
+// (CaseCSVColumns), one row per case of summary.json. Skipped and failed cases have a row
+// with their reason; their figures are empty. Figures are the summary's in k8s-netperf's
+// units: "Avg Throughput" is the trimmed mean (k8s-netperf: the mean) of the profile's metric,
+// the confidence interval is the summary's 95 % CI (0 with one sample, as k8s-netperf writes
+// it), "# of Samples" its n. "Duration" is the plan's per-case duration, or the trials'
+// (empty when the run has neither).
+func WriteNetperfCSV(w io.Writer, r Run) error {
+	if err := r.needSummary(FormatCSV); err != nil {
+		return err
+	}
+	trials := r.trialsByCase()
+	all := map[string][]Trial{} // every trial but warm-ups: skipped ones record a duration too
+	for _, t := range r.Trials {
+		if !t.Warmup {
+			all[caseKey(t.Case)] = append(all[caseKey(t.Case)], t)
+		}
+	}
+	cw := csv.NewWriter(w)
+	if err := cw.Write(NetperfCSVHeader()); err != nil {
+		return err
+	}
+	for _, res := range r.Summary.Results {
+		c := res.Case
+		id := caseKey(c)
+		p := profileOf(c)
+		ts := trials[id]
+		row := []string{
+			c.Tool,
+			p.profile,
+			strconv.FormatBool(c.Placement == "intra"),
+			strconv.FormatBool(hostNetwork(c)),
+			"false", // VM mode
+			strconv.FormatBool(throughService(c)),
+			"false",        // External Server
+			"", "", "", "", // UDN, Bridge, SR-IOV, Macvlan Info
+			"", // Localnet Info
+			r.duration(id, all[id]),
+			strconv.Itoa(commonCondition(ts, StreamsCondition, 1)),
+		}
+		m, ok := res.Metrics[p.metric]
+		figures := make([]string, 6) // samples, message size, burst, ci low, ci high, avg
+		figures[1] = strconv.Itoa(commonCondition(ts, MessageSizeCondition, 0))
+		figures[2] = "0" // Burst
+		if ok && m.N > 0 {
+			var lo, hi float64
+			if m.N > 1 {
+				lo, hi = m.CI95Low/p.scale, m.CI95High/p.scale
+			}
+			figures[0] = strconv.Itoa(m.N)
+			figures[3], figures[4] = fnum(lo), fnum(hi)
+			figures[5] = fnum(m.TrimmedMean / p.scale)
+		}
+		row = append(row, figures[0], figures[1], figures[2], figures[3], figures[4], figures[5], p.unit)
+		if lat, ok := p99Latency(res); ok {
+			row = append(row, fnum(lat), "usec")
+		} else {
+			row = append(row, "", "")
+		}
+		row = append(row,
+			id, c.Scenario, c.Backend, c.Dataplane, c.Attach, c.Overlay, c.Proxy, c.Policy,
+			c.Placement, c.Protocol, strconv.Itoa(c.Services), strconv.Itoa(c.Policies),
+			strconv.Itoa(c.Pods), strconv.Itoa(c.Replicas), res.Status, res.Reason, p.metric)
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// fnum formats a figure without an exponent (as k8s-netperf's confidence columns), exactly.
+func fnum(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// duration is a case's trial length in whole seconds: the plan's, else the one most of its
+// trials (warm-ups left out) recorded; empty when neither is known.
+func (r Run) duration(id string, trials []Trial) string {
+	if cs, ok := r.Plan[id]; ok && cs.Duration > 0 {
+		return strconv.Itoa(cs.Duration)
+	}
+	if len(trials) == 0 {
+		return ""
+	}
+	count := map[int]int{}
+	best, bestN := 0, 0
+	for _, t := range trials {
+		d := int(math.Round(t.DurationS))
+		count[d]++
+		if count[d] > bestN || (count[d] == bestN && d > best) {
+			best, bestN = d, count[d]
+		}
+	}
+	return strconv.Itoa(best)
+}
+
+// commonCondition is the integer condition key that most of trials recorded, or def.
+func commonCondition(trials []Trial, key string, def int) int {
+	count := map[int]int{}
+	best, bestN := def, 0
+	for _, t := range trials {
+		v, ok := conditionInt(t, key)
+		if !ok {
+			continue
+		}
+		count[v]++
+		if count[v] > bestN {
+			best, bestN = v, count[v]
+		}
+	}
+	return best
+}

@@ -161,6 +161,6 @@ func writeRunReports(w io.Writer, dir string) error {
 	if err := writeReports(runs, htmlPath, filepath.Join(dir, reportFile)); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "report: %s (open it in a browser; it needs no network) and %s\n", htmlPath, filepath.Join(dir, reportFile))
+	fmt.Fprintf(w, "report: %s and %s\n", htmlPath, reportFile)
 	return nil
 }

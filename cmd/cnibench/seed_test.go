@@ -74,7 +74,7 @@ func TestSeedPlanCI(t *testing.T) {
 // recorded, and a figure or a status in every data plane column.
 func checkSeedReport(t *testing.T, out, stdout string) {
 	t.Helper()
-	if !strings.Contains(stdout, "report: "+filepath.Join(out, reportHTMLFile)) {
+	if !strings.Contains(stdout, "report: "+filepath.Join(out, reportHTMLFile)+" and "+reportFile) {
 		t.Errorf("the run did not say where its report is:\n%s", stdout)
 	}
 	if fi, err := os.Stat(filepath.Join(out, reportHTMLFile)); err != nil || fi.Size() == 0 {

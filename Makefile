@@ -1,5 +1,6 @@
 # cnibench: two set-up commands on a fresh Debian machine (as root):
 #   make demo   installs what is missing, runs plans/quick.yaml on the lab backend, prints the table
+#               and writes the run's report.html
 #   make test   installs what is missing and runs the whole test suite
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

@@ -4,7 +4,6 @@ package main
 // newRoot, as main does. The exports themselves are tested in internal/result.
 
 import (
-	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -19,13 +18,7 @@ import (
 
 func runExportCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	root := newRoot()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(append([]string{"export"}, args...))
-	err := root.Execute()
-	return out.String(), err
+	return runInProcess(append([]string{"export"}, args...)...)
 }
 
 // exportRun is a run directory with the report fixture's summary and one trial.

@@ -21,11 +21,17 @@ var reportFixtures = []string{"../../internal/report/testdata/lab-run", "../../i
 
 func runReportCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	return runInProcess(append([]string{"report"}, args...)...)
+}
+
+// runInProcess runs the root command with args in this process, as main does, and returns
+// what it printed (stdout and stderr together).
+func runInProcess(args ...string) (string, error) {
 	root := newRoot()
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)
-	root.SetArgs(append([]string{"report"}, args...))
+	root.SetArgs(args)
 	err := root.Execute()
 	return out.String(), err
 }

@@ -108,6 +108,17 @@ func niceTicks(hi float64, n int) []float64 {
 
 func esc(s string) string { return html.EscapeString(s) }
 
+// hAxis opens an svg of width x height and draws a horizontal value axis: a grid line and a
+// label per tick from top to bottom, and the axis title centred at mid under them.
+func hAxis(sb *strings.Builder, width, height int, ticks []float64, x func(float64) float64, top, bottom, mid int, title string) {
+	fmt.Fprintf(sb, `<svg width="%d" height="%d" viewBox="0 0 %d %d" role="img">`, width, height, width, height)
+	for _, t := range ticks {
+		fmt.Fprintf(sb, `<line class="grid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/><text class="tick" x="%.1f" y="%d" text-anchor="middle">%s</text>`,
+			x(t), top, x(t), bottom, x(t), bottom+14, num(t))
+	}
+	fmt.Fprintf(sb, `<text class="axis" x="%d" y="%d" text-anchor="middle">%s</text>`, mid, bottom+27, esc(title))
+}
+
 // bar is one drawn measurement of a horizontal bar chart: its group (a row block), its series
 // (a colour), its value and 95 % interval (in display units), the case it stands for and its
 // tooltip.
@@ -144,13 +155,8 @@ func barChart(items []bar, u unit, col *colours) string {
 		height += len(byGroup[g])*barH + gap
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg width="%d" height="%d" viewBox="0 0 %d %d" role="img">`, labelW+plotW+20, height, labelW+plotW+20, height)
 	plotBottom := height - axisH
-	for _, t := range ticks {
-		fmt.Fprintf(&sb, `<line class="grid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/><text class="tick" x="%.1f" y="%d" text-anchor="middle">%s</text>`,
-			x(t), top, x(t), plotBottom, x(t), plotBottom+14, num(t))
-	}
-	fmt.Fprintf(&sb, `<text class="axis" x="%d" y="%d" text-anchor="middle">%s</text>`, labelW+plotW/2, plotBottom+27, esc(u.name))
+	hAxis(&sb, labelW+plotW+20, height, ticks, x, top, plotBottom, labelW+plotW/2, u.name)
 	y := top
 	for _, g := range groups {
 		bs := byGroup[g]
@@ -274,13 +280,8 @@ func spreadChart(items []spread, u unit, col *colours) string {
 	x := func(v float64) float64 { return labelW + plotW*math.Max(v, 0)/xmax }
 	height := top + len(items)*rowH + axisH
 	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg width="%d" height="%d" viewBox="0 0 %d %d" role="img">`, labelW+plotW+20, height, labelW+plotW+20, height)
 	bottom := height - axisH
-	for _, t := range ticks {
-		fmt.Fprintf(&sb, `<line class="grid" x1="%.1f" y1="%d" x2="%.1f" y2="%d"/><text class="tick" x="%.1f" y="%d" text-anchor="middle">%s</text>`,
-			x(t), top, x(t), bottom, x(t), bottom+14, num(t))
-	}
-	fmt.Fprintf(&sb, `<text class="axis" x="%d" y="%d" text-anchor="middle">%s (dot P50, bar P90, diamond P99)</text>`, labelW+plotW/2, bottom+27, esc(u.name))
+	hAxis(&sb, labelW+plotW+20, height, ticks, x, top, bottom, labelW+plotW/2, u.name+" (dot P50, bar P90, diamond P99)")
 	for i, s := range items {
 		c := col.of(s.series)
 		cy := float64(top + i*rowH + rowH/2)

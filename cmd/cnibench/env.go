@@ -11,6 +11,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/driver"
 	"github.com/cnibench/cnibench/internal/hosttools"
+	"github.com/cnibench/cnibench/internal/result"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,7 +52,7 @@ func environment(args []string) map[string]any {
 	}
 	env["tools"] = tools
 	if nf := lastNoiseFloor(); nf != nil {
-		env["noise_floor"] = nf // the last cnibench doctor --noise on this host
+		env[result.NoiseFloorKey] = nf // the last cnibench doctor --noise on this host
 	}
 	return env
 }

@@ -21,22 +21,6 @@ import (
 // environment.
 var NoiseFile = "/var/lib/cnibench/noise-floor.json"
 
-// noiseFloor is what `doctor --noise` measured.
-type noiseFloor struct {
-	Measured  string  `json:"measured"` // RFC 3339
-	Case      string  `json:"case"`
-	Trials    int     `json:"trials"`     // rounds paired
-	DurationS int     `json:"duration_s"` // per trial
-	Ratio     float64 `json:"ratio"`      // A/A: copy 2 / copy 1
-	CI95Low   float64 `json:"ci95_low"`
-	CI95High  float64 `json:"ci95_high"`
-	// ResolvablePct is the smallest difference between two cases this host tells apart with
-	// this many trials: the half-width of the A/A ratio's interval (on the log scale), in %.
-	ResolvablePct float64 `json:"resolvable_pct"`
-	Disturbed     int     `json:"disturbed_trials"`
-	Run           string  `json:"run"`
-}
-
 // resolvable is the half-width of a ratio's 95 % interval on the log scale, as a percentage:
 // a true difference smaller than that leaves 1.0 inside the interval.
 func resolvable(r result.RatioSummary) float64 {
@@ -124,7 +108,7 @@ func runNoise(cmd *cobra.Command, n *noiseFlags) error {
 	if aa == nil || aa.N < 2 {
 		return fmt.Errorf("the two copies of %s have fewer than 2 rounds in common: see %s/summary.json", n.caseID, out)
 	}
-	nf := noiseFloor{Measured: time.Now().UTC().Format(time.RFC3339), Case: n.caseID, Trials: aa.N, DurationS: n.duration,
+	nf := result.NoiseFloor{Measured: time.Now().UTC().Format(time.RFC3339), Case: n.caseID, Trials: aa.N, DurationS: n.duration,
 		Ratio: aa.Ratio, CI95Low: aa.CI95Low, CI95High: aa.CI95High, ResolvablePct: resolvable(aa.RatioSummary), Run: out}
 	for _, r := range sum.Results {
 		nf.Disturbed += r.Disturbed

@@ -154,14 +154,12 @@ func (c *chartSet) add(key string, b bar) {
 // changeCell is the % change of r's headline against ref's, marked when the intervals do not
 // overlap.
 func changeCell(r, ref *result.CaseResult) string {
-	_, m, ok := primary(r)
-	_, b, bok := primary(ref)
-	if !ok || !bok || b.TrimmedMean == 0 {
+	ch, disjoint, ok := change(r, ref)
+	if !ok {
 		return `<td data-v="">-</td>`
 	}
-	ch := 100 * (m.TrimmedMean/b.TrimmedMean - 1)
 	mark, cls := "", ""
-	if disjoint(m, b) {
+	if disjoint {
 		mark = ` <b class="differs" title="the 95 % intervals do not overlap">≠</b>`
 		if (ch > 0) == HigherIsBetter(r.Case.Primary()) {
 			cls = ` class="better"`
@@ -290,15 +288,10 @@ func (p *page) scenario(run int, id, name string, rs []result.CaseResult, s resu
 	if len(sws) > 0 {
 		p.s(`<div class="small-multiples">`)
 		for _, sw := range sws {
-			pm := ""
+			pm := sw.metric
 			var names []string
 			for _, l := range sw.lines {
 				names = append(names, l.name)
-			}
-			for _, r := range rs {
-				if r.Case.ID == sw.lines[0].points[0].caseID {
-					pm = r.Case.Primary()
-				}
 			}
 			p.f(`<figure class="chart" data-kind="sweep" data-run="%d" data-scenario="%s" data-dim="%s"><figcaption>%s vs %s, %s</figcaption>%s%s</figure>`,
 				run, esc(name), esc(sw.dim), esc(pm), esc(sw.dim), esc(sw.fixed), legend(names, p.col), lineChart(sw.xs, sw.dim, sw.lines, unitOf(pm), p.col))
@@ -339,20 +332,15 @@ func (p *page) scenario(run int, id, name string, rs []result.CaseResult, s resu
 			run, esc(name), esc(name), esc(what), legend(cpu.series[what], p.col), barChart(cpu.bars[what], unit{1, "% per Gbit/s"}, p.col))
 	}
 	// Paired ratios to the baseline.
-	ids := map[string]bool{}
+	byID := map[string]result.CaseResult{}
 	for _, r := range rs {
-		ids[r.Case.ID] = true
+		byID[r.Case.ID] = r
 	}
 	var fs []forest
 	for _, c := range s.Comparisons {
-		if c.Kind != "baseline" || !ids[c.Case] || c.N == 0 {
+		cr, ok := byID[c.Case]
+		if c.Kind != "baseline" || !ok || c.N == 0 {
 			continue
-		}
-		var cr result.CaseResult
-		for _, r := range rs {
-			if r.Case.ID == c.Case {
-				cr = r
-			}
 		}
 		fs = append(fs, forest{label: groupLabel(cr.Case) + " " + cr.Case.Variant(), series: cr.Case.Variant(), ratio: c.Ratio, lo: c.CI95Low, hi: c.CI95High,
 			differs: c.Differs(), caseID: c.Case, run: run, tip: fmt.Sprintf("%s / %s (%s)\n%s over %d rounds", c.Case, c.Reference, c.Metric, Ratio(c.RatioSummary), c.N)})
@@ -364,7 +352,7 @@ func (p *page) scenario(run int, id, name string, rs []result.CaseResult, s resu
 	var scale []result.Comparison
 	differ := 0
 	for _, c := range s.Comparisons {
-		if ids[c.Case] && c.N > 0 && c.Kind != "baseline" && c.Kind != "dataplane" && c.Kind != "proxy" && c.Kind != "policy" {
+		if _, ok := byID[c.Case]; ok && c.N > 0 && c.Kind != "baseline" && c.Kind != "dataplane" && c.Kind != "proxy" && c.Kind != "policy" {
 			scale = append(scale, c)
 			if c.Differs() {
 				differ++
@@ -376,7 +364,7 @@ func (p *page) scenario(run int, id, name string, rs []result.CaseResult, s resu
 		p.comparisonTable(scale)
 		p.s(`</details>`)
 	}
-	p.pivotTable(buildPivot(name+": a sweep down, data planes across", rs, func(result.Case) bool { return true }), nil)
+	p.pivotTable(scenarioPivot(name, rs), nil)
 	p.s("</section>\n")
 }
 
@@ -406,7 +394,7 @@ func (p *page) pivotTable(pv pivot, commands map[string][2]string) {
 			p.f(`<td><code>%s</code></td><td><code>%s</code></td>`, esc(orDefault(cmd[0], "not recorded")), esc(orDefault(cmd[1], "not recorded")))
 		}
 		for _, v := range pv.variants {
-			p.f(`<td>%s</td>`, esc(cellText(r.cells[v])))
+			p.f(`<td>%s</td>`, esc(cell(r.cells[v])))
 		}
 		p.s(`</tr>`)
 	}
@@ -562,12 +550,13 @@ func (p *page) environment(id string, r Run) {
 	p.s(`</tbody></table>`)
 	if r.Plan != nil {
 		p.s(`<h3>Plan</h3><table class="env"><tbody>`)
-		for _, k := range slices.Sorted(maps.Keys(r.Plan.Settings)) {
-			p.f(`<tr><th>%s</th><td>%s</td></tr>`, esc(k), esc(fmt.Sprint(r.Plan.Settings[k])))
+		for _, k := range slices.Sorted(maps.Keys(r.Settings)) {
+			p.f(`<tr><th>%s</th><td>%s</td></tr>`, esc(k), esc(fmt.Sprint(r.Settings[k])))
 		}
 		shapes := map[string]int{}
 		var order []string
-		for _, c := range r.Plan.Cases {
+		for _, id := range slices.Sorted(maps.Keys(r.Plan)) {
+			c := r.Plan[id]
 			k := fmt.Sprintf("repeat %d, %d s per trial, %d warm-up, client CPU %d, server CPU %d", c.Repeat, c.Duration, c.Warmup, c.CPUs[0], c.CPUs[1])
 			if shapes[k] == 0 {
 				order = append(order, k)
@@ -637,10 +626,9 @@ func hostLine(env map[string]any) string {
 		}
 	}
 	s := "Measured on: " + orDefault(strings.Join(parts, ", "), "not recorded") + "."
-	if nf, ok := env["noise_floor"].(map[string]any); ok {
-		pct, _ := nf["resolvable_pct"].(float64)
-		s += fmt.Sprintf(" Noise floor: two cases differ here only when they differ by more than %.1f %% (A/A test of %v, %v rounds, %v).",
-			pct, nf["case"], nf["trials"], nf["measured"])
+	if nf, ok := result.NoiseFloorOf(env); ok {
+		s += fmt.Sprintf(" Noise floor: two cases differ here only when they differ by more than %.1f %% (A/A test of %s, %d rounds, %s).",
+			nf.ResolvablePct, nf.Case, nf.Trials, nf.Measured)
 	} else {
 		s += " No noise floor recorded for this host (run cnibench doctor --noise once: every later report shows it)."
 	}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
@@ -254,4 +255,25 @@ func BenchmarkHTML1000Cases(b *testing.B) {
 		size = buf.Len()
 	}
 	b.ReportMetric(float64(size)/1e6, "MB")
+}
+
+// TestHTMLNoiseFloor: the noise floor a run's environment carries (as summary.json decodes it)
+// is stated at the top of the page; without one the page says how to measure it.
+func TestHTMLNoiseFloor(t *testing.T) {
+	nf := result.NoiseFloor{Measured: "2026-11-25T05:00:00Z", Case: "p2p/flannel/inter/crr", Trials: 12, ResolvablePct: 3.04}
+	b, err := json.Marshal(map[string]any{result.NoiseFloorKey: nf, "kernel": "6.18"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env map[string]any
+	if err := json.Unmarshal(b, &env); err != nil {
+		t.Fatal(err)
+	}
+	page := renderHTML(t, Run{Dir: "/out/r", Summary: result.Summary{Run: "r", Environment: env}})
+	if !strings.Contains(page, "differ by more than 3.0 % (A/A test of p2p/flannel/inter/crr, 12 rounds, 2026-11-25T05:00:00Z)") {
+		t.Errorf("noise floor not stated")
+	}
+	if page := renderHTML(t, Run{Dir: "/out/r", Summary: result.Summary{Run: "r"}}); !strings.Contains(page, "run cnibench doctor --noise once") {
+		t.Errorf("no hint to measure the noise floor")
+	}
 }

@@ -63,10 +63,8 @@ func JSON(w io.Writer, runs []Run) error {
 				if pm, m, ok := primary(cr); ok {
 					c.Metric = pm
 					c.Value, c.CI95Low, c.CI95High = &m.TrimmedMean, &m.CI95Low, &m.CI95High
-					if _, b, bok := primary(ref); bok && j > 0 && b.TrimmedMean != 0 {
-						ch := 100 * (m.TrimmedMean/b.TrimmedMean - 1)
-						c.ChangePct = &ch
-						c.Disjoint = disjoint(m, b)
+					if ch, disjoint, ok := change(cr, ref); ok && j > 0 {
+						c.ChangePct, c.Disjoint = &ch, disjoint
 					}
 				}
 				row.Cells = append(row.Cells, c)
@@ -79,7 +77,14 @@ func JSON(w io.Writer, runs []Run) error {
 	return enc.Encode(out)
 }
 
-// disjoint tells whether two results' 95 % intervals do not overlap.
-func disjoint(a, b result.MetricSummary) bool {
-	return a.N > 1 && b.N > 1 && (a.CI95Low > b.CI95High || a.CI95High < b.CI95Low)
+// change is the % change of r's headline against ref's and whether their 95 % intervals do
+// not overlap; ok is false when either was not measured.
+func change(r, ref *result.CaseResult) (pct float64, disjoint, ok bool) {
+	_, m, ok := primary(r)
+	_, b, bok := primary(ref)
+	if !ok || !bok || b.TrimmedMean == 0 {
+		return 0, false, false
+	}
+	disjoint = m.N > 1 && b.N > 1 && (m.CI95Low > b.CI95High || m.CI95High < b.CI95Low)
+	return 100 * (m.TrimmedMean/b.TrimmedMean - 1), disjoint, true
 }

@@ -3,7 +3,6 @@ package report
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/cnibench/cnibench/internal/result"
@@ -21,15 +20,12 @@ func Markdown(w io.Writer, runs []Run) error {
 			fmt.Fprintf(w, "\n## Run `%s`\n", r.Summary.Run)
 		}
 		cmds := commands(r.Trials)
-		for _, st := range seedTables {
-			pv := buildPivot(st.title, r.Summary.Results, func(c result.Case) bool {
-				return slices.Contains(st.scenarios, c.Scenario) && slices.Contains(st.protocols, c.Protocol)
-			})
+		for _, pv := range seedPivots(r.Summary.Results) {
 			mdPivot(w, pv, cmds)
 		}
 		names, by := scenarios(r.Summary.Results)
 		for _, n := range names {
-			mdPivot(w, buildPivot(n+": a sweep down, data planes across", by[n], func(result.Case) bool { return true }), nil)
+			mdPivot(w, scenarioPivot(n, by[n]), nil)
 		}
 		mdProblems(w, r.Summary)
 	}
@@ -55,7 +51,7 @@ func mdPivot(w io.Writer, pv pivot, cmds map[string][2]string) {
 			row = append(row, "`"+orDefault(cmd[0], "not recorded")+"`", "`"+orDefault(cmd[1], "not recorded")+"`")
 		}
 		for _, v := range pv.variants {
-			row = append(row, cellText(r.cells[v]))
+			row = append(row, cell(r.cells[v]))
 		}
 		for i := range row {
 			row[i] = mdCell(row[i])

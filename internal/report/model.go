@@ -14,18 +14,15 @@ import (
 	"github.com/cnibench/cnibench/internal/result"
 )
 
-// Plan is what the report shows of plan.json: the run's settings and expanded cases.
-type Plan struct {
-	Settings map[string]any
-	Cases    []result.CaseSpec
-}
-
 // Run is one run directory: its summary.json, and (for the HTML report) its trials and plan.
 type Run struct {
 	Dir     string
 	Summary result.Summary
 	Trials  []result.Trial // nil when results.jsonl was not read
-	Plan    *Plan          // nil when plan.json was not read
+	// Plan is plan.json's cases by id and Settings the runner's settings (nil when the run has
+	// no plan.json or it was not read).
+	Plan     map[string]result.CaseSpec
+	Settings map[string]any
 }
 
 // LoadRun reads a run directory: summary.json (required: a missing one is an error
@@ -39,15 +36,7 @@ func LoadRun(dir string) (Run, error) {
 	if err != nil || !rr.HasSummary {
 		return Run{}, fmt.Errorf("%s has no %s: %w", dir, result.SummaryJSONFile, fs.ErrNotExist)
 	}
-	r := Run{Dir: dir, Summary: rr.Summary, Trials: rr.Trials}
-	if rr.Plan != nil {
-		p := &Plan{Settings: rr.Settings}
-		for _, id := range slices.Sorted(maps.Keys(rr.Plan)) {
-			p.Cases = append(p.Cases, rr.Plan[id])
-		}
-		r.Plan = p
-	}
-	return r, nil
+	return Run{Dir: dir, Summary: rr.Summary, Trials: rr.Trials, Plan: rr.Plan, Settings: rr.Settings}, nil
 }
 
 // span is when the run's first trial started and its last ended, from results.jsonl.
@@ -112,10 +101,11 @@ func groupLabel(c result.Case) string {
 
 // sweep is one line chart: a swept dimension of a scenario with everything else fixed.
 type sweep struct {
-	dim   string   // the dimension's name ("services")
-	fixed string   // what is held fixed ("inter crr rep=10")
-	xs    []string // the dimension's values, ascending
-	lines []line
+	dim    string   // the dimension's name ("services")
+	metric string   // the metric on the y axis (the cases' primary)
+	fixed  string   // what is held fixed ("inter crr rep=10")
+	xs     []string // the dimension's values, ascending
+	lines  []line
 }
 
 // sweeps finds, for every sweep dimension with more than one value among a scenario's
@@ -149,7 +139,7 @@ func sweeps(rs []result.CaseResult, run int) []sweep {
 	for _, dim := range dims {
 		for _, r := range rs {
 			pm, m, ok := headline(r)
-			if !ok {
+			if !ok || r.Case.Copy > 1 {
 				continue
 			}
 			var v int
@@ -159,15 +149,12 @@ func sweeps(rs []result.CaseResult, run int) []sweep {
 				}
 			}
 			fixed := strings.TrimSpace(r.Case.Placement + " " + r.Case.Protocol + " " + scaleLabel(r.Case, dim))
-			if r.Case.Copy > 1 {
-				continue
-			}
 			k := key{dim, fixed}
 			i, ok := idx[k]
 			if !ok {
 				i = len(out)
 				idx[k] = i
-				out = append(out, sweep{dim: dim, fixed: fixed})
+				out = append(out, sweep{dim: dim, metric: pm, fixed: fixed})
 			}
 			sw := &out[i]
 			xs := strconv.Itoa(v)
@@ -265,6 +252,7 @@ type pivot struct {
 type pivotRow struct {
 	scenario, protocol, placement, scale string
 	tool                                 string
+	first                                result.Case // the row's first case: its scale values order the rows
 	cells                                map[string]*result.CaseResult
 }
 
@@ -288,7 +276,7 @@ func buildPivot(title string, rs []result.CaseResult, keep func(result.Case) boo
 			j = len(p.rows)
 			idx[k] = j
 			p.rows = append(p.rows, pivotRow{scenario: c.Scenario, protocol: c.Protocol, placement: c.Placement,
-				scale: scaleLabel(c, ""), tool: c.Tool, cells: map[string]*result.CaseResult{}})
+				scale: scaleLabel(c, ""), tool: c.Tool, first: c, cells: map[string]*result.CaseResult{}})
 		}
 		p.rows[j].cells[c.Variant()] = r
 	}
@@ -305,15 +293,14 @@ func buildPivot(title string, rs []result.CaseResult, keep func(result.Case) boo
 		if a.placement != b.placement {
 			return strings.Compare(a.placement, b.placement)
 		}
-		return compareScale(a.cells, b.cells)
+		return compareScale(a.first, b.first)
 	})
 	return p
 }
 
-// compareScale orders two rows by their cases' dimension values.
-func compareScale(a, b map[string]*result.CaseResult) int {
-	ca, cb := anyCase(a), anyCase(b)
-	da, db := ca.Dims(), cb.Dims()
+// compareScale orders two cases by their dimension values.
+func compareScale(a, b result.Case) int {
+	da, db := a.Dims(), b.Dims()
 	for i := range da {
 		if d := da[i].Value - db[i].Value; d != 0 {
 			return d
@@ -322,19 +309,9 @@ func compareScale(a, b map[string]*result.CaseResult) int {
 	return 0
 }
 
-func anyCase(m map[string]*result.CaseResult) result.Case {
-	for _, r := range m {
-		return r.Case
-	}
-	return result.Case{}
-}
-
-// cellText is a pivot cell: headline ± CI half-width, or the case's status.
-func cellText(r *result.CaseResult) string {
-	if r == nil {
-		return ""
-	}
-	return cell(r)
+// scenarioPivot is a scenario's pivot: all its cases, a sweep down, data planes across.
+func scenarioPivot(name string, rs []result.CaseResult) pivot {
+	return buildPivot(name+": a sweep down, data planes across", rs, func(result.Case) bool { return true })
 }
 
 // command is the server and client command lines recorded for one of the row's cases (the

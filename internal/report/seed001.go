@@ -46,22 +46,29 @@ func commands(trials []result.Trial) map[string][2]string {
 	return out
 }
 
-// seedTables writes those of seed 001's tables the run has cases for.
-func (p *page) seedTables(id string, rs []result.CaseResult, trials []result.Trial) {
-	cmds := commands(trials)
-	p.f(`<section id="%s" class="seed001"><h2>Seed 001's tables with our figures</h2><p>The layout of Tables 5.1-5.6 of seed 001 (commands per protocol), with this run's figures: trimmed mean ± 95 %% CI half-width per data plane.</p>`, id)
-	n := 0
+// seedPivots are those of seed 001's tables the results have cases for.
+func seedPivots(rs []result.CaseResult) []pivot {
+	var out []pivot
 	for _, st := range seedTables {
 		pv := buildPivot(st.title, rs, func(c result.Case) bool {
 			return slices.Contains(st.scenarios, c.Scenario) && slices.Contains(st.protocols, c.Protocol)
 		})
-		if len(pv.rows) == 0 {
-			continue
+		if len(pv.rows) > 0 {
+			out = append(out, pv)
 		}
-		n++
+	}
+	return out
+}
+
+// seedTables writes those of seed 001's tables the run has cases for.
+func (p *page) seedTables(id string, rs []result.CaseResult, trials []result.Trial) {
+	cmds := commands(trials)
+	p.f(`<section id="%s" class="seed001"><h2>Seed 001's tables with our figures</h2><p>The layout of Tables 5.1-5.6 of seed 001 (commands per protocol), with this run's figures: trimmed mean ± 95 %% CI half-width per data plane.</p>`, id)
+	pvs := seedPivots(rs)
+	for _, pv := range pvs {
 		p.pivotTable(pv, cmds)
 	}
-	if n == 0 {
+	if len(pvs) == 0 {
 		p.s(`<p class="none">This run has no case of seed 001's tables (p2p, p2p-policies, p2s, p2s-replicas).</p>`)
 	}
 	p.s(`</section>`)

@@ -74,5 +74,5 @@ func synthRun(dir string, n, trials int) Run {
 			}
 		}
 	}
-	return Run{Dir: dir, Summary: s, Trials: ts, Plan: &Plan{Settings: map[string]any{"order": "rounds", "seed": 7}}}
+	return Run{Dir: dir, Summary: s, Trials: ts, Settings: map[string]any{"order": "rounds", "seed": 7}}
 }

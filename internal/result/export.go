@@ -104,7 +104,7 @@ func readPlan(dir string) (map[string]CaseSpec, map[string]any, error) {
 	}
 	out := make(map[string]CaseSpec, len(p.Cases))
 	for _, cs := range p.Cases {
-		out[caseKey(cs.Case)] = cs
+		out[cs.Case.Key()] = cs
 	}
 	return out, p.Settings, nil
 }
@@ -135,29 +135,12 @@ func (r Run) needSummary(format string) error {
 		r.Dir, SummaryJSONFile, format, r.Dir, ErrNotRun)
 }
 
-// caseKey is a case's id, or the id it would have.
-func caseKey(c Case) string {
-	if c.ID != "" {
-		return c.ID
-	}
-	return c.MakeID()
-}
-
-// measured tells whether a trial counts in the statistics: not a warm-up, and ok (an empty
-// status without an error is ok, as in the aggregation).
-func measured(t Trial) bool {
-	if t.Warmup {
-		return false
-	}
-	return t.Status == "ok" || (t.Status == "" && t.Error == "")
-}
-
 // trialsByCase returns the measured trials per case id, in file order.
 func (r Run) trialsByCase() map[string][]Trial {
 	out := map[string][]Trial{}
 	for _, t := range r.Trials {
-		if measured(t) {
-			id := caseKey(t.Case)
+		if t.Measured() {
+			id := t.Case.Key()
 			out[id] = append(out[id], t)
 		}
 	}
@@ -190,7 +173,7 @@ func conditionInt(t Trial, key string) (int, bool) {
 // labels; scale dimensions beyond the four counts (mtu, nodes, copy) only when set.
 func caseLabels(c Case) [][2]string {
 	l := [][2]string{
-		{"case", caseKey(c)}, {"scenario", c.Scenario}, {"backend", c.Backend},
+		{"case", c.Key()}, {"scenario", c.Scenario}, {"backend", c.Backend},
 		{"dataplane", c.Dataplane}, {"attach", c.Attach}, {"overlay", c.Overlay},
 		{"proxy", c.Proxy}, {"policy", c.Policy}, {"placement", c.Placement},
 		{"protocol", c.Protocol}, {"tool", c.Tool},

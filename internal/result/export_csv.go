@@ -136,7 +136,7 @@ func WriteNetperfCSV(w io.Writer, r Run) error {
 	all := map[string][]Trial{} // every trial but warm-ups: skipped ones record a duration too
 	for _, t := range r.Trials {
 		if !t.Warmup {
-			all[caseKey(t.Case)] = append(all[caseKey(t.Case)], t)
+			all[t.Case.Key()] = append(all[t.Case.Key()], t)
 		}
 	}
 	cw := csv.NewWriter(w)
@@ -145,7 +145,7 @@ func WriteNetperfCSV(w io.Writer, r Run) error {
 	}
 	for _, res := range r.Summary.Results {
 		c := res.Case
-		id := caseKey(c)
+		id := c.Key()
 		p := profileOf(c)
 		ts := trials[id]
 		row := []string{

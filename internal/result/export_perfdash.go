@@ -3,6 +3,7 @@ package result
 import (
 	"encoding/json"
 	"io"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -131,12 +132,7 @@ func perfItems(res CaseResult) []DataItem {
 
 	var items []DataItem
 	groups := map[string]int{} // group name -> index in items
-	names := make([]string, 0, len(res.Metrics))
-	for name := range res.Metrics {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(res.Metrics)) {
 		m := res.Metrics[name]
 		if m.N == 0 {
 			continue

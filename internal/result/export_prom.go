@@ -108,18 +108,18 @@ func WriteOpenMetrics(w io.Writer, r Run) error {
 	}
 	families := map[string]*promFamily{}
 	for _, t := range r.Trials {
-		if !measured(t) || len(t.Metrics) == 0 {
+		if !t.Measured() || len(t.Metrics) == 0 {
 			continue
 		}
 		start, err := time.Parse(time.RFC3339Nano, t.Start)
 		if err != nil {
-			return fmt.Errorf("%s: trial %d of %s: start %q: %w", TrialsFile, t.Trial, caseKey(t.Case), t.Start, err)
+			return fmt.Errorf("%s: trial %d of %s: start %q: %w", TrialsFile, t.Trial, t.Case.Key(), t.Start, err)
 		}
 		run := t.Run
 		if run == "" {
 			run = r.Summary.Run
 		}
-		key := caseKey(t.Case)
+		key := t.Case.Key()
 		for metric, v := range t.Metrics {
 			pm := promMetricOf(metric)
 			f := families[pm.name]

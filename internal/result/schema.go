@@ -3,6 +3,7 @@
 package result
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -47,6 +48,14 @@ const (
 // the second and later copies of a case.
 func (c Case) MakeID() string {
 	return c.joinID(c.Scenario, c.Dataplane, c.Placement, c.Protocol)
+}
+
+// Key is the case's id, or the id it would have (a case written without one).
+func (c Case) Key() string {
+	if c.ID != "" {
+		return c.ID
+	}
+	return c.MakeID()
 }
 
 // CompareKey is the case id without its dataplane ("p2p/inter/tcp"): the same measurement on
@@ -192,6 +201,26 @@ const (
 	ClientCommandKey = "client_command"
 )
 
+// EffectiveStatus normalizes a trial's status to "ok", "skipped", "disturbed" or "failed": an
+// empty Status (a trial recorded before statuses) is "ok" unless Error is set, and any unknown
+// status is "failed".
+func (t Trial) EffectiveStatus() string {
+	switch t.Status {
+	case "ok", "skipped", "disturbed":
+		return t.Status
+	case "":
+		if t.Error != "" {
+			return "failed"
+		}
+		return "ok"
+	default:
+		return "failed"
+	}
+}
+
+// Measured tells whether a trial counts in the statistics: not a warm-up, and ok.
+func (t Trial) Measured() bool { return !t.Warmup && t.EffectiveStatus() == "ok" }
+
 // MetricSummary is the aggregate of one metric over a case's trials.
 type MetricSummary struct {
 	N           int     `json:"n"`
@@ -254,6 +283,40 @@ type Comparison struct {
 	Kind   string `json:"kind"`
 	Metric string `json:"metric"`
 	RatioSummary
+}
+
+// NoiseFloorKey is where a run's environment carries the host's last noise floor.
+const NoiseFloorKey = "noise_floor"
+
+// NoiseFloor is what `cnibench doctor --noise` measured: one case as two identical copies in
+// rounds (an A/A test). Every later run records it in its environment (NoiseFloorKey).
+type NoiseFloor struct {
+	Measured  string  `json:"measured"` // RFC 3339
+	Case      string  `json:"case"`
+	Trials    int     `json:"trials"`     // rounds paired
+	DurationS int     `json:"duration_s"` // per trial
+	Ratio     float64 `json:"ratio"`      // A/A: copy 2 / copy 1
+	CI95Low   float64 `json:"ci95_low"`
+	CI95High  float64 `json:"ci95_high"`
+	// ResolvablePct is the smallest difference between two cases this host tells apart with
+	// this many trials: the half-width of the A/A ratio's interval (on the log scale), in %.
+	ResolvablePct float64 `json:"resolvable_pct"`
+	Disturbed     int     `json:"disturbed_trials"`
+	Run           string  `json:"run"`
+}
+
+// NoiseFloorOf is the noise floor an environment (as decoded from summary.json) carries.
+func NoiseFloorOf(env map[string]any) (NoiseFloor, bool) {
+	v, ok := env[NoiseFloorKey]
+	if !ok {
+		return NoiseFloor{}, false
+	}
+	b, err := json.Marshal(v)
+	var nf NoiseFloor
+	if err != nil || json.Unmarshal(b, &nf) != nil || nf.Trials == 0 {
+		return NoiseFloor{}, false
+	}
+	return nf, true
 }
 
 // Summary is summary.json.

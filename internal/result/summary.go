@@ -71,10 +71,7 @@ func summaryCSV(s Summary) ([]byte, error) {
 	}
 	for _, r := range s.Results {
 		c := r.Case
-		id := c.ID
-		if id == "" {
-			id = c.MakeID()
-		}
+		id := c.Key()
 		labels := []string{
 			s.Run, id, c.Scenario, c.Backend, c.Dataplane, c.Attach, c.Overlay, c.Proxy,
 			c.Policy, c.Placement, c.Protocol, c.Tool, strconv.Itoa(c.Services),

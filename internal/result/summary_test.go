@@ -124,3 +124,20 @@ func TestWriteSummaryCreatesDir(t *testing.T) {
 		t.Errorf("empty summary csv = %q, want header only", got)
 	}
 }
+
+func TestTrialEffectiveStatus(t *testing.T) {
+	cases := []struct {
+		status, err, want string
+	}{
+		{"", "", "ok"}, {"", "x", "failed"}, {"ok", "", "ok"}, {"skipped", "why", "skipped"},
+		{"failed", "x", "failed"}, {"weird", "", "failed"}, {"disturbed", "steal", "disturbed"},
+	}
+	for _, c := range cases {
+		if got := (Trial{Status: c.status, Error: c.err}).EffectiveStatus(); got != c.want {
+			t.Errorf("EffectiveStatus(%q, %q) = %q, want %q", c.status, c.err, got, c.want)
+		}
+	}
+	if (Trial{Status: "ok", Warmup: true}).Measured() || !(Trial{}).Measured() || (Trial{Status: "disturbed"}).Measured() {
+		t.Error("Measured: a warm-up or a disturbed trial counted, or an ok one did not")
+	}
+}

@@ -156,7 +156,7 @@ const skippedTrial = -1
 func done(trials []result.Trial) map[string]map[int]bool {
 	out := map[string]map[int]bool{}
 	for _, t := range trials {
-		st := stats.TrialStatus(t)
+		st := t.EffectiveStatus()
 		if t.Warmup || (st != "ok" && st != "skipped") {
 			continue
 		}
@@ -258,7 +258,7 @@ func newCaseState(cs result.CaseSpec, d map[int]bool, prev []result.Trial, set S
 	}
 	pm := cs.Case.Primary()
 	for _, t := range prev {
-		if t.Case.ID == cs.Case.ID && !t.Warmup && stats.TrialStatus(t) == "ok" {
+		if t.Case.ID == cs.Case.ID && t.Measured() {
 			if v, ok := t.Metrics[pm]; ok {
 				c.values[t.Trial] = v
 			}

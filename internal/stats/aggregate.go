@@ -36,12 +36,12 @@ func Aggregate(cases []result.Case, trials []result.Trial) []result.CaseResult {
 	warmups := map[string]bool{}
 	disturbed := map[string]int{}
 	for _, t := range trials {
-		id := caseID(t.Case)
+		id := t.Case.Key()
 		if t.Warmup {
 			warmups[id] = true
 			continue
 		}
-		if TrialStatus(t) == "disturbed" {
+		if t.EffectiveStatus() == "disturbed" {
 			disturbed[id]++
 		}
 		if byCase[id] == nil {
@@ -52,7 +52,7 @@ func Aggregate(cases []result.Case, trials []result.Trial) []result.CaseResult {
 
 	out := make([]result.CaseResult, 0, len(cases))
 	for _, c := range cases {
-		id := caseID(c)
+		id := c.Key()
 		cr := aggregateCase(c, byCase[id], warmups[id])
 		cr.Disturbed = disturbed[id]
 		out = append(out, cr)
@@ -74,7 +74,7 @@ func aggregateCase(c result.Case, trials map[int]result.Trial, hadWarmups bool) 
 	var ok, skipped, failed, notOK []result.Trial
 	for _, num := range slices.Sorted(maps.Keys(trials)) {
 		t := trials[num]
-		switch TrialStatus(t) {
+		switch t.EffectiveStatus() {
 		case "ok":
 			ok = append(ok, t)
 			for _, n := range t.Notes {
@@ -130,29 +130,6 @@ func aggregateCase(c result.Case, trials map[int]result.Trial, hadWarmups bool) 
 		}
 	}
 	return cr
-}
-
-// TrialStatus normalizes a trial's status to "ok", "skipped", "disturbed" or "failed": an
-// empty Status is "ok" unless Error is set, and any unknown status is "failed".
-func TrialStatus(t result.Trial) string {
-	switch t.Status {
-	case "ok", "skipped", "disturbed":
-		return t.Status
-	case "":
-		if t.Error != "" {
-			return "failed"
-		}
-		return "ok"
-	default:
-		return "failed"
-	}
-}
-
-func caseID(c result.Case) string {
-	if c.ID != "" {
-		return c.ID
-	}
-	return c.MakeID()
 }
 
 // firstError returns the Error of the first trial that has one, else def.

@@ -94,20 +94,6 @@ func TestAggregateMatchesByMakeIDWhenIDEmpty(t *testing.T) {
 	}
 }
 
-func TestTrialStatus(t *testing.T) {
-	cases := []struct {
-		status, err, want string
-	}{
-		{"", "", "ok"}, {"", "x", "failed"}, {"ok", "", "ok"}, {"skipped", "why", "skipped"},
-		{"failed", "x", "failed"}, {"weird", "", "failed"},
-	}
-	for _, c := range cases {
-		if got := TrialStatus(result.Trial{Status: c.status, Error: c.err}); got != c.want {
-			t.Errorf("TrialStatus(%q, %q) = %q, want %q", c.status, c.err, got, c.want)
-		}
-	}
-}
-
 // Disturbed trials stay out of the statistics; re-runs make them good; a trial number whose
 // last record is disturbed is lost; an old failure replaced by a later measurement of the same
 // trial leaves no reason behind (a resume that completes every trial ends "ok" without one).

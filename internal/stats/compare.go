@@ -31,7 +31,7 @@ func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
 			values[t.Case.ID] = map[int]float64{}
 		}
 		v, ok := t.Metrics[pm]
-		if TrialStatus(t) != "ok" || !ok {
+		if t.EffectiveStatus() != "ok" || !ok {
 			delete(values[t.Case.ID], t.Trial)
 			continue
 		}

@@ -7,7 +7,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin/cnibench
 
-.PHONY: all deps kube-deps test-deps build demo test e2e vet fmt-check bench clean check-leftovers
+.PHONY: all deps kube-deps test-deps build demo test e2e vet fmt-check bpf bpf-check bench clean check-leftovers
 
 all: build
 
@@ -38,9 +38,18 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# eBPF programs (bpf/*.c) are compiled by clang into objects and Go bindings (bpf2go) that are
+# committed next to the packages that load them, so `go build` needs no clang. `make bpf`
+# regenerates them; bpf-check (part of make test) regenerates them and fails if they differ.
+bpf:
+	bash scripts/bpf-gen.sh
+
+bpf-check:
+	bash scripts/bpf-gen.sh --check
+
 # The whole suite, the real-cluster tests included (CNIBENCH_KUBE_E2E=1 makes a missing
 # Kubernetes binary a failure instead of a skip).
-test: build vet fmt-check test-deps
+test: build vet fmt-check test-deps bpf-check
 	CNIBENCH_KUBE_E2E=1 CNIBENCH_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 -timeout 70m ./...
 	$(MAKE) --no-print-directory check-leftovers
 
@@ -54,10 +63,11 @@ check-leftovers:
 	 mounts=$$(grep -c '[c]nibench-kube' /proc/self/mountinfo || true); \
 	 browsers=$$(pgrep -r R,S,D,T -f '[c]nibench-chromium-' || true; ls -d /tmp/cnibench-chrom[i]um-* 2>/dev/null || true); \
 	 proms=$$(pgrep -r R,S,D,T -f '[p]rometheus --config.file=/tmp/' || true); \
+	 nfs=$$(pgrep -r R,S,D,T -f '([o]vsdb-server|[o]vs-vswitchd|[d]pdk-testpmd).*cnb(t|e2e)' || true; ls -d /var/run/dpdk/cnb* 2>/dev/null || true; grep -E ' /run/cnibench/cnb(t|e2e)' /proc/self/mountinfo || true); \
 	 if [ "$$mounts" = 0 ]; then mounts=; fi; \
-	 if [ -n "$$left$$state$$kube$$procs$$mounts$$cgroups$$browsers$$proms" ]; then \
-	   echo "leftovers after tests: netns[$$left] state[$$state] kube[$$kube] pids[$$procs] mounts[$$mounts] cgroups[$$cgroups] chromium[$$browsers] prometheus[$$proms]"; exit 1; fi; \
-	 echo "check-leftovers: nothing with a test prefix left behind (namespaces, state, cluster dirs, processes, mounts, cgroups, browsers, prometheus)"
+	 if [ -n "$$left$$state$$kube$$procs$$mounts$$cgroups$$browsers$$proms$$nfs" ]; then \
+	   echo "leftovers after tests: netns[$$left] state[$$state] kube[$$kube] pids[$$procs] mounts[$$mounts] cgroups[$$cgroups] chromium[$$browsers] prometheus[$$proms] network functions[$$nfs]"; exit 1; fi; \
+	 echo "check-leftovers: nothing with a test prefix left behind (namespaces, state, cluster dirs, processes, mounts, cgroups, browsers, prometheus, network functions: OVS, testpmd, DPDK runtime dirs, bpf mounts)"
 
 # Only the real-cluster tests: brings the cluster up in lab namespaces, runs the kube backend and
 # the CLI on it (also kube-proxy in nftables mode), tears down.

@@ -5,13 +5,14 @@
 # writes a mirror host).
 set -euo pipefail
 
-PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps nginx-light curl busybox-static)
+PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps nginx-light curl busybox-static openvswitch-switch openvswitch-common dpdk-dev)
 # --kube: also what the project's own Kubernetes test cluster runs on (make e2e).
 # --test: also what the test suite checks the reports and exports with (a real headless browser,
-# promtool and Prometheus); implies --kube.
+# promtool and Prometheus) and clang/llvm/libbpf-dev, with which it rebuilds the committed eBPF
+# objects and fails if they differ; implies --kube.
 case "${1:-}" in
   --kube) PKGS+=(etcd-server containerd runc) ;;
-  --test) PKGS+=(etcd-server containerd runc chromium prometheus) ;;
+  --test) PKGS+=(etcd-server containerd runc chromium prometheus clang llvm libbpf-dev) ;;
 esac
 
 missing=()

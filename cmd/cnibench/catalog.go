@@ -7,6 +7,8 @@ import (
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/driver"
 	"github.com/cnibench/cnibench/internal/lab/dataplane"
+	"github.com/cnibench/cnibench/internal/nf"
+	_ "github.com/cnibench/cnibench/internal/nf/kinds" // every network-function kind
 	"github.com/cnibench/cnibench/internal/plan"
 	"github.com/cnibench/cnibench/internal/scenario"
 )
@@ -16,7 +18,7 @@ import (
 // engine registries.
 func catalog() plan.Catalog {
 	cat := plan.Catalog{Scenarios: map[string]scenario.Info{}, NumCPU: runtime.NumCPU(),
-		Proxies: dataplane.Proxies(), Policies: dataplane.PolicyEngines(),
+		Proxies: dataplane.Proxies(), Policies: dataplane.PolicyEngines(), NFs: nf.Names(),
 		Tools: func(p string) string {
 			d, err := driver.For(p)
 			if err != nil {

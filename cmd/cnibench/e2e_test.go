@@ -977,11 +977,6 @@ func TestKillCleanResume(t *testing.T) {
 	}
 	recorded := loadTrials(t, out)
 
-	// A killed run cannot tear down: its labs are left for `lab clean`, which knows their
-	// owner is gone (a lab of a live owner it would skip).
-	ours := func(l string) bool {
-		return slices.ContainsFunc(prefixes, func(pre string) bool { return strings.Contains(l, " "+pre+"-") || strings.HasSuffix(l, "/"+pre) })
-	}
 	for _, pre := range prefixes {
 		if len(lab.Namespaces(pre)) == 0 {
 			t.Fatalf("no namespaces of lab %s left after SIGKILL: the leftover path is not exercised", pre)
@@ -993,42 +988,7 @@ func TestKillCleanResume(t *testing.T) {
 	}
 	t.Logf("after SIGKILL: labs %v; processes in their namespaces: %v", prefixes, procsIn(inodes))
 
-	// `lab clean` removes every lab whose owner is gone: run it only if the host has no other
-	// such lab (a lab of a live owner, or kept by lab up, it leaves alone).
-	pre := lab.Leftovers("")
-	var others []string
-	for _, l := range pre {
-		if !ours(l) {
-			if o, err := lab.Owner(strings.SplitN(l[strings.LastIndexAny(l, " /")+1:], "-", 2)[0]); err == nil && o.Live() {
-				continue
-			}
-			others = append(others, l)
-		}
-	}
-	if len(others) == 0 {
-		r := runCnb(t, runOpts{dir: work}, "lab", "clean")
-		if r.code != 0 {
-			t.Fatalf("lab clean: exit code %d: %s", r.code, r.stderr)
-		}
-		for _, pre := range prefixes {
-			if !strings.Contains(r.stdout, "removed netns "+pre+"-") || !strings.Contains(r.stdout, "objects removed") {
-				t.Errorf("lab clean output does not report lab %s:\n%s", pre, r.stdout)
-			}
-		}
-		for _, l := range lab.Leftovers("") {
-			if slices.Contains(pre, l) && ours(l) {
-				t.Errorf("lab clean left %s", l)
-			}
-		}
-	} else {
-		t.Logf("other dead labs on this host (%v): using 'lab down --prefix' instead of 'lab clean', which would remove them", others)
-		for _, pre := range prefixes {
-			r := runCnb(t, runOpts{dir: work}, "lab", "down", "--prefix", pre)
-			if r.code != 0 || !strings.Contains(r.stdout, "lab "+pre+" removed") {
-				t.Fatalf("lab down: exit code %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
-			}
-		}
-	}
+	cleanKilled(t, work, prefixes)
 	for _, pre := range prefixes {
 		if left := lab.Leftovers(pre); len(left) > 0 {
 			t.Errorf("lab %s still has %v", pre, left)
@@ -1114,6 +1074,54 @@ func TestKillCleanResume(t *testing.T) {
 	checkRunClean(t, r, s)
 	if ents, _ := os.ReadDir(work); len(ents) > 0 {
 		t.Errorf("working directory not empty: %v", ents)
+	}
+}
+
+// cleanKilled removes the labs a killed run left with `lab clean`, which knows their owner is
+// gone (a lab of a live owner it would skip) — only if the host has no other such lab (a lab of
+// a live owner, or kept by lab up, it leaves alone); else with `lab down --prefix`.
+func cleanKilled(t *testing.T, work string, prefixes []string) {
+	t.Helper()
+	ours := func(l string) bool {
+		return slices.ContainsFunc(prefixes, func(pre string) bool {
+			return strings.Contains(l, " "+pre+"-") || strings.HasSuffix(l, "/"+pre) || strings.Contains(l, "/"+pre+"/")
+		})
+	}
+	// `lab clean` removes every lab whose owner is gone: run it only if the host has no other
+	// such lab (a lab of a live owner, or kept by lab up, it leaves alone).
+	pre := lab.Leftovers("")
+	var others []string
+	for _, l := range pre {
+		if !ours(l) {
+			if o, err := lab.Owner(strings.SplitN(l[strings.LastIndexAny(l, " /")+1:], "-", 2)[0]); err == nil && o.Live() {
+				continue
+			}
+			others = append(others, l)
+		}
+	}
+	if len(others) == 0 {
+		r := runCnb(t, runOpts{dir: work}, "lab", "clean")
+		if r.code != 0 {
+			t.Fatalf("lab clean: exit code %d: %s", r.code, r.stderr)
+		}
+		for _, pre := range prefixes {
+			if !strings.Contains(r.stdout, "removed netns "+pre+"-") || !strings.Contains(r.stdout, "objects removed") {
+				t.Errorf("lab clean output does not report lab %s:\n%s", pre, r.stdout)
+			}
+		}
+		for _, l := range lab.Leftovers("") {
+			if slices.Contains(pre, l) && ours(l) {
+				t.Errorf("lab clean left %s", l)
+			}
+		}
+	} else {
+		t.Logf("other dead labs on this host (%v): using 'lab down --prefix' instead of 'lab clean', which would remove them", others)
+		for _, pre := range prefixes {
+			r := runCnb(t, runOpts{dir: work}, "lab", "down", "--prefix", pre)
+			if r.code != 0 || !strings.Contains(r.stdout, "lab "+pre+" removed") {
+				t.Fatalf("lab down: exit code %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+			}
+		}
 	}
 }
 

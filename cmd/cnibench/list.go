@@ -10,14 +10,14 @@ import (
 
 	"github.com/cnibench/cnibench/internal/doctor"
 	"github.com/cnibench/cnibench/internal/lab/dataplane"
+	"github.com/cnibench/cnibench/internal/nf"
 	"github.com/cnibench/cnibench/internal/scenario"
 	"github.com/spf13/cobra"
 )
 
 // planned scenarios that are not built yet, so `list` tells the whole story.
 var upcoming = map[string]string{
-	"chain": "service-function chains: not built yet",
-	"vnf":   "packet-forwarding VNF (RFC 2544 search): not built yet",
+	"vnf": "packet-forwarding VNF (RFC 2544 search): not built yet",
 }
 
 func newDoctorCmd() *cobra.Command {
@@ -91,8 +91,22 @@ func newListCmd() *cobra.Command {
 				i := sc.Info()
 				fmt.Fprintf(w, "%s\t%s\t\t\t\tyes\t%s\n", n, strings.Join(i.Protocols, ","), i.Summary)
 			}
-			for _, n := range []string{"chain", "vnf"} {
+			for _, n := range []string{"vnf"} {
 				fmt.Fprintf(w, "%s\t\t\t\t\tno\t%s\n", n, upcoming[n])
+			}
+			fmt.Fprintln(w, "\t\t\t\t\t\t")
+			fmt.Fprintln(w, "NF KIND\tLAYER\t\t\t\tRUNS HERE\tWHAT / REASON (chain scenario: --nf)")
+			for _, n := range nf.Names() {
+				k, _ := nf.Get(n)
+				why := ""
+				if rep != nil {
+					if err := k.Usable(); err != nil {
+						why = err.Error()
+					}
+				} else {
+					why = "not checked (not root)"
+				}
+				fmt.Fprintf(w, "%s\t%s\t\t\t\t%s\t%s\n", n, k.Layer(), yesNo(why == ""), orStr(why, k.Summary()))
 			}
 			if err := w.Flush(); err != nil {
 				return err

@@ -213,6 +213,35 @@ type BarePairer interface {
 	BarePair(ctx context.Context, client, server string) (Pod, Pod, error)
 }
 
+// ChainSpec asks for a service-function chain: a client pod, Length network functions of kind
+// NF between it and the server pod, each enforcing a firewall of Rules rules that lets the
+// client reach Ports on the server (and the replies come back) and drops everything else.
+type ChainSpec struct {
+	Client, Server string // pod names
+	NF             string // network-function kind
+	Length, Rules  int
+	Ports          []ServicePort // Port and Protocol ("tcp"/"udp") of each port the flow uses
+	// CPUs are the client's and server's CPUs: a kind that pins a polling forwarder avoids them
+	// when the host has another.
+	CPUs [2]int
+}
+
+// Chainer is what a backend that builds service-function chains offers; a scenario asks for it
+// with a type assertion and reports the case as unsupported where the backend lacks it.
+// Deleting the client or the server pod removes the chain's network functions. The chain comes
+// back paused (see ChainControl).
+type Chainer interface {
+	Chain(ctx context.Context, spec ChainSpec) (client, server Pod, ctl ChainControl, err error)
+}
+
+// ChainControl resumes a chain's network functions for a trial and pauses them after it: an NF
+// that polls a CPU whether traffic comes or not (DPDK) is stopped while it is paused, so it
+// takes no CPU from the trials of other cases; the others do not change.
+type ChainControl interface {
+	Resume() error
+	Pause() error
+}
+
 // CreatePod creates one pod (CreatePods with one spec).
 func CreatePod(ctx context.Context, cl Cluster, spec PodSpec) (Pod, error) {
 	pods, err := cl.CreatePods(ctx, []PodSpec{spec})

@@ -40,6 +40,12 @@ var table = []Tool{
 	{Name: "iptables-legacy", Package: "iptables", Version: []string{"--version"}},
 	{Name: "ipset", Package: "ipset", Version: []string{"--version"}},
 	{Name: "tcpdump", Package: "tcpdump", Version: []string{"--version"}},
+	{Name: "ovs-vswitchd", Package: "openvswitch-switch", Version: []string{"--version"}},
+	{Name: "ovs-vsctl", Package: "openvswitch-switch", Version: []string{"--version"}},
+	{Name: "ovsdb-server", Package: "openvswitch-common", Version: []string{"--version"}},
+	{Name: "ovsdb-tool", Package: "openvswitch-common", Version: []string{"--version"}},
+	{Name: "ovs-ofctl", Package: "openvswitch-common", Version: []string{"--version"}},
+	{Name: "dpdk-testpmd", Package: "dpdk-dev"},
 }
 
 // Get returns the facts of a tool. A tool missing from the table is a programming error: the

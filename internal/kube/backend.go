@@ -148,7 +148,7 @@ func (*backend) Dataplanes() []string { return []string{clusterDataplane} }
 // names a proxy or policy engine is bad input: those choose lab implementations.
 func (*backend) Resolve(cases []result.CaseSpec) ([]result.CaseSpec, error) {
 	for _, cs := range cases {
-		if v := cs.Case.Variant(); v != cs.Case.Dataplane {
+		if cs.Case.NamesParts() {
 			return nil, cluster.BadInput("case %s: proxy and policy choose lab implementations; a cluster runs its own (remove proxy/policy for --backend kube)", cs.Case.ID)
 		}
 		if m := cs.Case.MTU; m != 0 && m != result.DefaultMTU {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/doctor"
 	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/nf"
 	"github.com/cnibench/cnibench/internal/owner"
 )
 
@@ -105,11 +106,44 @@ func Leftovers(prefix string) []string {
 	for _, d := range dirsOf(TempRoot, prefix) {
 		out = append(out, "scratch "+d)
 	}
+	for _, m := range mountsUnder(StateRoot, prefix) {
+		out = append(out, "mount "+m)
+	}
+	for _, c := range nf.Cleaners() {
+		out = append(out, c.Leftovers(prefix)...)
+	}
+	return out
+}
+
+// mountsUnder lists the mount points (bpf file systems of chains) inside root's entries that
+// belong to a prefix, deepest first.
+func mountsUnder(root, prefix string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := f[4]
+		rel, err := filepath.Rel(root, mp)
+		if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
+			continue
+		}
+		if owned(strings.Split(rel, "/")[0], prefix) {
+			out = append(out, mp)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(out)))
 	return out
 }
 
 // Clean removes everything of a prefix, whoever owns it ("" = every lab prefix): processes
-// inside its namespaces, the namespaces (their links go with them), its state and scratch
+// inside its namespaces, the namespaces (their links go with them), the bpf file systems its
+// chains mounted, what network-function kinds left outside (nf.Cleaner), its state and scratch
 // directories. Idempotent. Lab.Close and `lab down` use it; `lab clean` uses CleanAll, which
 // spares the labs of live owners.
 func Clean(prefix string) error {
@@ -120,6 +154,12 @@ func Clean(prefix string) error {
 	}
 	for _, ns := range nss {
 		errs = append(errs, deleteNS(ns))
+	}
+	for _, m := range mountsUnder(StateRoot, prefix) {
+		errs = append(errs, nf.Unmount(m))
+	}
+	for _, c := range nf.Cleaners() {
+		errs = append(errs, c.Clean(prefix))
 	}
 	for _, root := range []string{StateRoot, TempRoot} {
 		for _, d := range dirsOf(root, prefix) {

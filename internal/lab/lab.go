@@ -20,6 +20,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/lab/dataplane"
+	"github.com/cnibench/cnibench/internal/nf"
 )
 
 // StateRoot holds per-lab state (IPAM allocations, CNI cache); removed with the lab.
@@ -165,6 +166,9 @@ type Lab struct {
 	pods  map[string]*pod
 	procs map[*proc]bool
 	bare  int
+	// chains are the service-function chains, by their client's and their server's pod name.
+	chains   map[string]*nf.Chain
+	chainSeq int
 
 	services   map[string]*service
 	svcSeq     int      // ClusterIPs handed out so far (offsets into the service range)
@@ -202,7 +206,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab backend needs root (network namespaces): run as root")
 	}
-	l = &Lab{cfg: cfg, dp: dp, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, services: map[string]*service{},
+	l = &Lab{cfg: cfg, dp: dp, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, chains: map[string]*nf.Chain{}, services: map[string]*service{},
 		holders: map[string]*holder{}, programmed: map[string]float64{}, policies: map[string]networkingv1.NetworkPolicy{}}
 	defer func() {
 		if err != nil {
@@ -344,6 +348,9 @@ func (l *Lab) DeletePod(ctx context.Context, name string) error {
 		return err
 	}
 	l.stopProcs(p.Name)
+	if err := l.closeChain(p.Name); err != nil {
+		return err
+	}
 	if p.silent {
 		l.forget(name)
 		l.holdMu.Lock()
@@ -385,7 +392,7 @@ func (l *Lab) Facts() cluster.Facts {
 func (l *Lab) Close(ctx context.Context) error {
 	l.stopProcs("")
 	l.closeHolders()
-	return Clean(l.cfg.Prefix)
+	return errors.Join(l.closeChains(), Clean(l.cfg.Prefix))
 }
 
 // Pod returns a pod by name.

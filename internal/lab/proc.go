@@ -9,10 +9,10 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/procs"
 )
 
@@ -165,20 +165,5 @@ func HostCPU() (cluster.CPUSample, error) {
 	return cluster.ParseProcStat(b)
 }
 
-// killNSProcs kills every process inside the named namespace (they can only be processes a
-// lab started: nothing else lives in a lab namespace) and waits until they are gone.
-func killNSProcs(name string) error {
-	pids := nsPIDs(name)
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	deadline := time.Now().Add(3 * time.Second)
-	for len(pids) > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		pids = nsPIDs(name)
-	}
-	if len(pids) > 0 {
-		return fmt.Errorf("processes %v in %s did not exit", pids, name)
-	}
-	return nil
-}
+// killNSProcs kills every process in a namespace (netns.KillAll).
+func killNSProcs(name string) error { return netns.KillAll(name) }

@@ -12,15 +12,18 @@
 package netns
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	vns "github.com/vishvananda/netns"
@@ -213,4 +216,48 @@ func PIDs(name string) []int {
 		}
 	}
 	return pids
+}
+
+// KillAll sends SIGKILL to every process in the named namespace and waits (up to 3 s) until
+// they are gone.
+func KillAll(name string) error {
+	pids := PIDs(name)
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for len(pids) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		pids = PIDs(name)
+	}
+	if len(pids) > 0 {
+		return fmt.Errorf("processes %v in %s did not exit", pids, name)
+	}
+	return nil
+}
+
+// Output runs tool with args inside the network namespace at nsPath (nsenter --net=, which
+// leaves /sys as it is) with stdin (nil: none), and returns its standard output; the error
+// names the command and the first lines of what it wrote to standard error.
+func Output(nsPath, tool string, args []string, stdin []byte) ([]byte, error) {
+	argv := append([]string{"--net=" + nsPath, tool}, args...)
+	cmd := exec.Command("nsenter", argv...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s %s in %s: %v: %s", tool, strings.Join(args, " "), nsPath, err, firstLines(stderr.String(), 5))
+	}
+	return stdout.Bytes(), nil
+}
+
+// firstLines keeps an error message short (a failed restore of 100,000 lines may say a lot).
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(strings.TrimSpace(s), "\n", n+1)
+	if len(lines) > n {
+		lines = append(lines[:n], "...")
+	}
+	return strings.Join(lines, "\n")
 }

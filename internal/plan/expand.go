@@ -9,7 +9,7 @@ import (
 // Expand validates the groups (Validate with each group's own Source; each case passes its
 // scenario's Check) and returns their
 // cases in order: groups in file order, then dataplane > placement > protocol > services >
-// policies > pods > replicas > proxy > policy > copy. Dataplane x placement combinations the
+// policies > pods > replicas > proxy > policy > nf > chain-length > rules > copy. Dataplane x placement combinations the
 // scenario's Valid rejects are dropped. The underlay MTU and node count are case labels (in
 // the id when not the defaults), so a plan can sweep them; copies (default 1) plans each case
 // that many times, the later copies with "/copy=N" in the id. A case whose ID an earlier case
@@ -94,6 +94,9 @@ func (res resolved) cases(scen, backend string, copies int) []result.Case {
 	cs = along(cs, res.replicas, func(c *result.Case, v int) { c.Replicas = v })
 	cs = along(cs, res.proxies, func(c *result.Case, v string) { c.Proxy = v })
 	cs = along(cs, res.policyNames, func(c *result.Case, v string) { c.Policy = v })
+	cs = along(cs, res.nfs, func(c *result.Case, v string) { c.NF = v })
+	cs = along(cs, res.lengths, func(c *result.Case, v int) { c.ChainLength = v })
+	cs = along(cs, res.rules, func(c *result.Case, v int) { c.Rules = v })
 	if copies > 1 {
 		var nums []int
 		for n := 1; n <= copies; n++ {

@@ -37,7 +37,7 @@ import (
 // also the names of the command-line flags (without "--").
 var Keys = []string{
 	"scenario", "dataplane", "placement", "protocol",
-	"services", "policies", "pods", "replicas", "proxy", "policy",
+	"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules",
 	"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies",
 }
 
@@ -50,9 +50,9 @@ type Catalog struct {
 	Dataplanes []string                     // lab presets
 	Tools      func(protocol string) string // protocol -> tool name for Case.Tool; nil = ""
 	NumCPU     int                          // CPUs of this host; 0 = unknown (only >= 0 is checked)
-	// Proxies and Policies are the lab's Service implementations and policy engines (nil = any
-	// value is accepted).
-	Proxies, Policies []string
+	// Proxies and Policies are the lab's Service implementations and policy engines, NFs the
+	// network-function kinds of chains (nil = any value is accepted).
+	Proxies, Policies, NFs []string
 }
 
 // Group is one case group of a plan (or the flags). A nil slice or pointer means the key is
@@ -69,13 +69,18 @@ type Group struct {
 	Replicas  []int    `yaml:"replicas,omitempty,flow"`
 	Proxy     []string `yaml:"proxy,omitempty,flow"`
 	Policy    []string `yaml:"policy,omitempty,flow"`
-	Repeat    *int     `yaml:"repeat,omitempty"`   // trials per case
-	Duration  *int     `yaml:"duration,omitempty"` // seconds per trial
-	Warmup    *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
-	CPUs      *[2]int  `yaml:"cpus,omitempty,flow"`
-	MTU       *int     `yaml:"mtu,omitempty"` // underlay MTU
-	Nodes     *int     `yaml:"nodes,omitempty"`
-	Copies    *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
+	// NF, ChainLength and Rules sweep a service-function chain's network-function kinds, its
+	// length and its NFs' firewall rule counts.
+	NF          []string `yaml:"nf,omitempty,flow"`
+	ChainLength []int    `yaml:"chain-length,omitempty,flow"`
+	Rules       []int    `yaml:"rules,omitempty,flow"`
+	Repeat      *int     `yaml:"repeat,omitempty"`   // trials per case
+	Duration    *int     `yaml:"duration,omitempty"` // seconds per trial
+	Warmup      *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
+	CPUs        *[2]int  `yaml:"cpus,omitempty,flow"`
+	MTU         *int     `yaml:"mtu,omitempty"` // underlay MTU
+	Nodes       *int     `yaml:"nodes,omitempty"`
+	Copies      *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
 
 	// Source is where the group came from (the plan file path, or "flags"); Validate and
 	// Expand name it in errors. Load and FromFlags set it.
@@ -177,6 +182,9 @@ func (g Group) clone() Group {
 	c.Replicas = slices.Clone(g.Replicas)
 	c.Proxy = slices.Clone(g.Proxy)
 	c.Policy = slices.Clone(g.Policy)
+	c.NF = slices.Clone(g.NF)
+	c.ChainLength = slices.Clone(g.ChainLength)
+	c.Rules = slices.Clone(g.Rules)
 	c.Repeat = ptrClone(g.Repeat)
 	c.Duration = ptrClone(g.Duration)
 	c.Warmup = ptrClone(g.Warmup)
@@ -206,6 +214,8 @@ func (g *Group) strList(k string) *[]string {
 		return &g.Proxy
 	case "policy":
 		return &g.Policy
+	case "nf":
+		return &g.NF
 	}
 	return nil
 }
@@ -220,6 +230,10 @@ func (g *Group) intList(k string) *[]int {
 		return &g.Pods
 	case "replicas":
 		return &g.Replicas
+	case "chain-length":
+		return &g.ChainLength
+	case "rules":
+		return &g.Rules
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ func testCatalog() Catalog {
 	}
 }
 
-const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, repeat, duration, warmup, cpus, mtu, nodes, copies"
+const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, repeat, duration, warmup, cpus, mtu, nodes, copies"
 
 func mustParse(t *testing.T, text string) []Group {
 	t.Helper()
@@ -232,7 +232,7 @@ func TestValidateErrors(t *testing.T) {
 
 func TestValidateUnusedParam(t *testing.T) {
 	err := Validate(mustParse(t, "- scenario: baseline\n  services: [5]\n"), testCatalog(), "plans/x.yaml")
-	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy it uses none of them): remove it"
+	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules it uses none of them): remove it"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
@@ -776,5 +776,43 @@ func TestMarshalRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(back, groups) {
 		t.Errorf("round trip\n got %+v\nwant %+v\n%s", back, groups, data)
+	}
+}
+
+// A chain's keys: nf kinds checked against the catalog, chain-length and rules ranges, the
+// scenario's defaults when unset, the crossing order (nf > chain-length > rules) and the ids.
+func TestExpandChainKeys(t *testing.T) {
+	cat := testCatalog()
+	cat.NFs = []string{"route-iptables", "xdp"}
+	cat.Scenarios["chain"] = scenario.Info{
+		Dataplanes: []string{"bare"}, Placements: []string{"intra"}, Protocols: testProtocols, DefaultProtocols: []string{"tcp"},
+		Params: []string{"nf", "chain-length", "rules"}, DefaultNFs: []string{"route-iptables"},
+		DefaultInts: map[string][]int{"chain-length": {1}, "rules": {10}},
+	}
+	specs, err := Expand(mustParse(t, "- scenario: chain\n- scenario: chain\n  nf: [xdp, route-iptables]\n  chain-length: [1, 4]\n  rules: 10000\n"), cat, "lab", BuiltinDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"chain/bare/intra/tcp/nf=route-iptables/len=1/rules=10",
+		"chain/bare/intra/tcp/nf=xdp/len=1/rules=10000", "chain/bare/intra/tcp/nf=xdp/len=4/rules=10000",
+		"chain/bare/intra/tcp/nf=route-iptables/len=1/rules=10000", "chain/bare/intra/tcp/nf=route-iptables/len=4/rules=10000",
+	}
+	if got := ids(specs); !reflect.DeepEqual(got, want) {
+		t.Errorf("ids\n got %v\nwant %v", got, want)
+	}
+	if c := specs[2].Case; c.NF != "xdp" || c.ChainLength != 4 || c.Rules != 10000 || c.Variant() != "bare nf=xdp" {
+		t.Errorf("labels %+v variant %q", c, c.Variant())
+	}
+	for plan, msg := range map[string]string{
+		"- scenario: chain\n  nf: [ebpf]\n":            `plans/x.yaml: [0].nf[0]: unknown nf "ebpf" (valid: route-iptables, xdp)`,
+		"- scenario: chain\n  chain-length: [0]\n":     "plans/x.yaml: [0].chain-length[0]: 0 out of range (1..32)",
+		"- scenario: chain\n  rules: [100001]\n":       "plans/x.yaml: [0].rules[0]: 100001 out of range (1..100000)",
+		"- scenario: baseline\n  nf: route-iptables\n": "plans/x.yaml: [0].nf: scenario baseline does not use nf",
+	} {
+		_, err := Expand(mustParse(t, plan), cat, "lab", BuiltinDefaults())
+		if err == nil || !strings.HasPrefix(err.Error(), msg) {
+			t.Errorf("%q: got %v, want %s", plan, err, msg)
+		}
 	}
 }

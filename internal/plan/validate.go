@@ -9,21 +9,26 @@ import (
 	"strings"
 )
 
+// paramKeys are the keys a scenario uses only when its Info.Params name them.
+var paramKeys = []string{"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules"}
+
 // bounds is the inclusive range of an integer key.
 type bounds struct{ lo, hi int }
 
 // ranges are the allowed values of the integer keys (cpus is checked against Catalog.NumCPU).
 var ranges = map[string]bounds{
-	"services": {0, 100000},
-	"policies": {0, 100000},
-	"pods":     {0, 100000},
-	"replicas": {1, 1000},
-	"repeat":   {1, 1000},
-	"duration": {1, 3600},
-	"warmup":   {0, 600},
-	"mtu":      {576, 9000}, // the pod MTU after overlay overhead is the lab's to check
-	"nodes":    {2, 64},
-	"copies":   {1, 10},
+	"services":     {0, 100000},
+	"policies":     {0, 100000},
+	"pods":         {0, 100000},
+	"replicas":     {1, 1000},
+	"chain-length": {1, 32},
+	"rules":        {1, 100000},
+	"repeat":       {1, 1000},
+	"duration":     {1, 3600},
+	"warmup":       {0, 600},
+	"mtu":          {576, 9000}, // the pod MTU after overlay overhead is the lab's to check
+	"nodes":        {2, 64},
+	"copies":       {1, 10},
 }
 
 // Validate checks groups against the catalog and returns the first problem as a one-line
@@ -108,8 +113,8 @@ func allowedPlacements(info scenario.Info) []string {
 
 // resolved are a group's dimensions with the defaults filled in.
 type resolved struct {
-	dataplanes, placements, protocols, proxies, policyNames []string
-	services, policies, pods, replicas                      []int
+	dataplanes, placements, protocols, proxies, policyNames, nfs []string
+	services, policies, pods, replicas, lengths, rules           []int
 }
 
 func orStr(v, def []string) []string {
@@ -145,6 +150,9 @@ func resolveGroup(g *Group, info scenario.Info, cat Catalog) resolved {
 		policies:    orInt(g.Policies, []int{0}),
 		pods:        orInt(g.Pods, []int{0}),
 		replicas:    orInt(g.Replicas, []int{1}),
+		nfs:         orStr(g.NF, orStr(info.DefaultNFs, []string{""})),
+		lengths:     orInt(g.ChainLength, orInt(info.DefaultInts["chain-length"], []int{0})),
+		rules:       orInt(g.Rules, orInt(info.DefaultInts["rules"], []int{0})),
 	}
 }
 
@@ -159,13 +167,13 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Keys the scenario does not use.
-	for _, key := range []string{"services", "policies", "pods", "replicas", "proxy", "policy"} {
+	for _, key := range paramKeys {
 		if g.isSet(key) && !slices.Contains(info.Params, key) {
 			uses := "none of them"
 			if len(info.Params) > 0 {
 				uses = strings.Join(info.Params, ", ")
 			}
-			return c.fail(key, -1, "scenario %s does not use %s (of services, policies, pods, replicas, proxy, policy it uses %s): remove it", g.Scenario, key, uses)
+			return c.fail(key, -1, "scenario %s does not use %s (of %s it uses %s): remove it", g.Scenario, key, strings.Join(paramKeys, ", "), uses)
 		}
 	}
 
@@ -194,7 +202,7 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Integer lists.
-	for _, key := range []string{"services", "policies", "pods", "replicas"} {
+	for _, key := range []string{"services", "policies", "pods", "replicas", "chain-length", "rules"} {
 		vals := *g.intList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
@@ -208,15 +216,12 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Free-form string lists.
-	for _, key := range []string{"proxy", "policy"} {
+	for _, key := range []string{"proxy", "policy", "nf"} {
 		vals := *g.strList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
 		}
-		allowed := cat.Proxies
-		if key == "policy" {
-			allowed = cat.Policies
-		}
+		allowed := map[string][]string{"proxy": cat.Proxies, "policy": cat.Policies, "nf": cat.NFs}[key]
 		for i, v := range vals {
 			if v == "" {
 				return c.fail(key, i, "empty value")

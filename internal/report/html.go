@@ -232,7 +232,7 @@ func (p *page) glance(run int, r Run) {
 	p.f(`<p class="host">%s</p>`, esc(hostLine(s.Environment)))
 	var rows []result.Comparison
 	for _, c := range s.Comparisons {
-		if (c.Kind == "dataplane" || c.Kind == "proxy" || c.Kind == "policy") && c.N > 0 {
+		if (c.Kind == "dataplane" || c.Kind == "proxy" || c.Kind == "policy" || c.Kind == "nf") && c.N > 0 {
 			rows = append(rows, c)
 		}
 	}

@@ -26,6 +26,11 @@ type Case struct {
 	Policies  int    `json:"policies"`
 	Pods      int    `json:"pods"`
 	Replicas  int    `json:"replicas"`
+	// NF, ChainLength and Rules are a service-function chain's labels: the network-function
+	// kind, how many NFs stand between client and server, and each NF's firewall rule count.
+	NF          string `json:"nf,omitempty"`
+	ChainLength int    `json:"chain_length,omitempty"`
+	Rules       int    `json:"rules,omitempty"`
 	// MTU and Nodes are the lab's underlay MTU and node count (0 where the backend does not set
 	// them: a real cluster has its own); they are in the id only when a plan sweeps them.
 	MTU   int `json:"mtu,omitempty"`
@@ -47,7 +52,11 @@ const (
 // then "/mtu=N" and "/nodes=N" when they are set and not the defaults, and "/copy=N" for
 // the second and later copies of a case.
 func (c Case) MakeID() string {
-	return c.joinID(c.Scenario, c.Dataplane, c.Placement, c.Protocol)
+	parts := []string{c.Scenario, c.Dataplane, c.Placement, c.Protocol}
+	if c.NF != "" {
+		parts = append(parts, "nf="+c.NF)
+	}
+	return c.joinID(parts...)
 }
 
 // Key is the case's id, or the id it would have (a case written without one).
@@ -100,6 +109,8 @@ func (c Case) Dims() []Dim {
 		{Key: "pol", Name: "policies", Value: c.Policies, Set: c.Policies > 0, Sweep: true},
 		{Key: "pods", Name: "pods", Value: c.Pods, Set: c.Pods > 0, Sweep: true},
 		{Key: "rep", Name: "replicas", Value: c.Replicas, Set: c.Replicas > 1, Sweep: true},
+		{Key: "len", Name: "chain_length", Value: c.ChainLength, Set: c.ChainLength > 0, Sweep: true},
+		{Key: "rules", Name: "rules", Value: c.Rules, Set: c.Rules > 0, Sweep: true},
 		{Key: "mtu", Name: "mtu", Value: c.MTU, Set: c.MTU != 0 && c.MTU != DefaultMTU, Sweep: true},
 		{Key: "nodes", Name: "nodes", Value: c.Nodes, Set: c.Nodes != 0 && c.Nodes != DefaultNodes, Sweep: true},
 		{Key: "copy", Name: "copy", Value: c.Copy, Set: c.Copy > 1},
@@ -107,10 +118,22 @@ func (c Case) Dims() []Dim {
 }
 
 // Load is how many objects the case loads its cluster with beyond the measuring pods:
-// Services, NetworkPolicies, silent pods and server replicas past the first. Cases with no
-// load can share a data plane without changing what each measures.
+// Services, NetworkPolicies, silent pods, server replicas past the first, network functions
+// past the first of a chain and their firewall rules. Cases with no load can share a data
+// plane without changing what each measures.
 func (c Case) Load() int {
-	return c.Services + c.Policies + c.Pods + max(c.Replicas-1, 0)
+	return c.Services + c.Policies + c.Pods + max(c.Replicas-1, 0) + max(c.ChainLength-1, 0) + c.Rules
+}
+
+// NamesParts tells whether the case's id names a proxy or policy engine (WithParts): a lab
+// implementation chosen in place of its preset's.
+func (c Case) NamesParts() bool {
+	for _, part := range strings.Split(c.ID, "/") {
+		if strings.HasPrefix(part, "proxy=") || strings.HasPrefix(part, "policy=") {
+			return true
+		}
+	}
+	return false
 }
 
 // WithParts returns the id with the case's proxy and policy appended ("/proxy=nftables"): a
@@ -128,11 +151,12 @@ func (c Case) WithParts(proxy, policy bool) string {
 }
 
 // Variant is what a case ran on: its dataplane, plus the proxy and policy when its id names
-// them ("flannel proxy=nftables"). Reports give each variant a column of its own.
+// them ("flannel proxy=nftables") and a chain's network-function kind ("bare nf=xdp").
+// Reports give each variant a column of its own.
 func (c Case) Variant() string {
 	v := c.Dataplane
 	for _, part := range strings.Split(c.ID, "/") {
-		if strings.HasPrefix(part, "proxy=") || strings.HasPrefix(part, "policy=") {
+		if strings.HasPrefix(part, "proxy=") || strings.HasPrefix(part, "policy=") || strings.HasPrefix(part, "nf=") {
 			v += " " + part
 		}
 	}
@@ -277,8 +301,8 @@ func (r RatioSummary) Differs() bool { return r.N >= 2 && (r.CI95Low > 1 || r.CI
 type Comparison struct {
 	Case      string `json:"case"`      // case id
 	Reference string `json:"reference"` // case id of what it is compared with
-	// Kind says what differs: "baseline" (a pod result against its baseline), "dataplane",
-	// "proxy", "policy", "scale" (services, policies, pods or replicas against the smallest),
+	// Kind says what differs: "baseline" (a pod result against its baseline), "dataplane", "nf",
+	// "proxy", "policy", "scale" (services, policies, pods, replicas, chain length or rules against the smallest),
 	// "copy" (an A/A copy against the first).
 	Kind   string `json:"kind"`
 	Metric string `json:"metric"`

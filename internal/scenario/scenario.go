@@ -45,6 +45,10 @@ type Info struct {
 	DefaultProtocols  []string
 	// Params are the scale/override keys the scenario uses (services, policies, pods, ...).
 	Params []string
+	// DefaultNFs and DefaultInts are the values of its keys nf and of integer keys
+	// ("chain-length", "rules") a group that does not set them gets (nil: none).
+	DefaultNFs  []string
+	DefaultInts map[string][]int
 	// Valid says whether a dataplane x placement combination exists.
 	Valid func(dataplane, placement string) bool
 	// Check rejects a case whose parameters do not fit together (nil: any case is fine); the

@@ -8,10 +8,10 @@ import (
 // (Case.Primary) over the rounds both cases measured (trial k of every case runs in round k;
 // see PairedRatio):
 //   - "baseline": a pod result against its baseline (Case.BaselineID), when the run has it;
-//   - "dataplane", "proxy", "policy": a case against the first case of the run that measures
+//   - "dataplane", "proxy", "policy", "nf": a case against the first case of the run that measures
 //     the same thing (same CompareKey) on another variant, named by the part that differs;
 //   - "scale": a case against the least loaded case (Case.Load) of the run that differs from
-//     it only in scale (services, policies, pods, replicas);
+//     it only in scale (services, policies, pods, replicas, chain length, rules);
 //   - "copy": a later copy of a case against its first (an A/A pair: they should not differ).
 //
 // Only ok trials count (the last record of a trial number wins, as in Aggregate);
@@ -86,7 +86,7 @@ func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
 // policies, silent pods or replicas, and the variant it ran on.
 func unscaled(c result.Case) string {
 	u := c
-	u.Services, u.Policies, u.Pods, u.Replicas = 0, 0, 0, 0
+	u.Services, u.Policies, u.Pods, u.Replicas, u.ChainLength, u.Rules = 0, 0, 0, 0, 0, 0
 	return u.MakeID() + " " + c.Variant()
 }
 
@@ -103,6 +103,8 @@ func variantKind(c, ref result.Case) string {
 		return "dataplane"
 	case c.Proxy != ref.Proxy:
 		return "proxy"
+	case c.NF != ref.NF:
+		return "nf"
 	}
 	return "policy"
 }

@@ -1,12 +1,12 @@
 package policy
 
 import (
-	"bytes"
 	"fmt"
-	"os/exec"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cnibench/cnibench/internal/netns"
 )
 
 // iptTools are the commands of an iptables backend: "nft" (iptables-nft, Debian's default) or
@@ -252,27 +252,7 @@ func destroySets(nsPath string, sets []string) error {
 	}
 }
 
-// output runs tool with args inside the network namespace at nsPath (nsenter --net=) and
-// returns its standard output.
+// output runs tool inside the namespace at nsPath (netns.Output).
 func output(nsPath, tool string, args []string, stdin []byte) ([]byte, error) {
-	argv := append([]string{"--net=" + nsPath, tool}, args...)
-	cmd := exec.Command("nsenter", argv...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s %s in %s: %v: %s", tool, strings.Join(args, " "), nsPath, err, firstLines(stderr.String(), 5))
-	}
-	return stdout.Bytes(), nil
-}
-
-// firstLines keeps an error message short (a failed restore of 100,000 lines may say a lot).
-func firstLines(s string, n int) string {
-	lines := strings.SplitN(strings.TrimSpace(s), "\n", n+1)
-	if len(lines) > n {
-		lines = append(lines[:n], "...")
-	}
-	return strings.Join(lines, "\n")
+	return netns.Output(nsPath, tool, args, stdin)
 }

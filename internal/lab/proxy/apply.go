@@ -2,9 +2,8 @@ package proxy
 
 import (
 	"bytes"
-	"fmt"
-	"os/exec"
-	"strings"
+
+	"github.com/cnibench/cnibench/internal/netns"
 )
 
 // IPTablesBackend names the iptables flavour rules are applied with: "nft" (iptables-nft,
@@ -78,16 +77,8 @@ func wholeTableCache(input []byte) []byte {
 }
 
 func run(nsPath, tool string, args []string, stdin []byte) error {
-	argv := append([]string{"--net=" + nsPath, tool}, args...)
-	cmd := exec.Command("nsenter", argv...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	_, err := netns.Output(nsPath, tool, args, stdin)
+	return err
 }
 
 // ApplyNFTables programs an nftables rendering (RenderNFTables) in the network namespace at

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/lab"
+)
+
+// A run of chains killed with SIGKILL cannot tear its network functions down: `lab clean` then
+// removes everything they left — namespaces and the NF processes in them (OVS's daemons,
+// testpmd), the bpf file systems the eBPF kinds pinned to, what a kind keeps outside (DPDK's
+// runtime directory) — and nothing of the run is left; a paused NF (dpdk's testpmd, stopped
+// between its chain's trials) goes too.
+func TestChainKillClean(t *testing.T) {
+	needRoot(t)
+	for _, kinds := range [][]string{{"ebpf-tc", "ovs-userspace", "userspace-afxdp", "dpdk"}} {
+		t.Run(strings.Join(kinds, ","), func(t *testing.T) {
+			work := t.TempDir()
+			out := filepath.Join(t.TempDir(), "killed")
+			p := startCnb(t, runOpts{dir: work}, "run", "--scenario", "chain", "--nf", strings.Join(kinds, ","), "--chain-length", "2",
+				"--protocol", "tcp", "--repeat", "3", "--duration", "2", "--warmup", "0", "--out", out)
+			waitTrials(t, p, out, 1, 3*time.Minute)
+			prefixes := p.waitPrefixes(len(kinds), 30*time.Second)
+			inodes := p.Inodes()
+			for _, pre := range prefixes {
+				inodes = mergeInodes(inodes, netnsInodes(pre))
+			}
+			var before []string
+			for _, pre := range prefixes {
+				before = append(before, lab.Leftovers(pre)...)
+			}
+			running := procsIn(inodes)
+			if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if code := p.wait(10 * time.Second); code != 128+int(syscall.SIGKILL) {
+				t.Fatalf("exit code %d after SIGKILL", code)
+			}
+			// What the killed run left must include NF namespaces, the NF processes and the
+			// bpf file systems: what only lab clean can find.
+			want := []string{"-nf"}
+			if slices.Contains(kinds, "ebpf-tc") {
+				want = append(want, "mount "+lab.StateRoot)
+			}
+			for _, w := range want {
+				if !slices.ContainsFunc(before, func(l string) bool { return strings.Contains(l, w) }) {
+					t.Errorf("nothing with %q among what the run had standing: %v", w, before)
+				}
+			}
+			var procs []string
+			if slices.Contains(kinds, "ovs-userspace") {
+				procs = append(procs, "(ovs-vswitchd)", "(ovsdb-server)")
+			}
+			if slices.Contains(kinds, "dpdk") {
+				procs = append(procs, "(dpdk-testpmd)")
+			}
+			for _, w := range procs {
+				if !slices.ContainsFunc(running, func(l string) bool { return strings.Contains(l, w) }) {
+					t.Errorf("no %s among the processes in the run's namespaces: %v", w, running)
+				}
+			}
+			t.Logf("standing when killed: %v; processes in its namespaces: %v", before, running)
+			cleanKilled(t, work, prefixes)
+			for _, pre := range prefixes {
+				if left := lab.Leftovers(pre); len(left) > 0 {
+					t.Errorf("lab %s still has %v", pre, left)
+				}
+				if m, _ := filepath.Glob("/var/run/dpdk/" + pre + "*"); len(m) > 0 {
+					t.Errorf("DPDK runtime directories left: %v", m)
+				}
+				if _, err := os.Stat(filepath.Join(lab.StateRoot, pre)); !os.IsNotExist(err) {
+					t.Errorf("state directory of %s remains (%v)", pre, err)
+				}
+			}
+			if ps := procsIn(inodes); len(ps) > 0 {
+				t.Errorf("processes still in the run's namespaces: %v", ps)
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/result"
 )
 
 // A run of chains killed with SIGKILL cannot tear its network functions down: `lab clean` then
@@ -83,4 +84,55 @@ func TestChainKillClean(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A plan of chains runs to the end on the lab: every case is measured, each chain is compared
+// round by round with the bare veth pair, with the first kind and with its own shortest chain,
+// the report has a column per kind, and nothing of the run is left.
+func TestChainRun(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	planFile := filepath.Join(dir, "chains.yaml")
+	plan := "- scenario: baseline\n  dataplane: bare\n  protocol: tcp\n" +
+		"- scenario: chain\n  nf: [route-iptables, ebpf-tc]\n  chain-length: [1, 2]\n  protocol: tcp\n"
+	if err := os.WriteFile(planFile, []byte(plan), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "run")
+	r := runCnb(t, runOpts{}, "run", "--plan", planFile, "--repeat", "2", "--duration", "1", "--warmup", "0", "--out", out)
+	if r.code != 0 {
+		t.Fatalf("exit code %d\nstderr:\n%s", r.code, r.stderr)
+	}
+	s, err := result.ReadSummary(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Results) != 5 {
+		t.Fatalf("%d cases, want 5", len(s.Results))
+	}
+	for _, c := range s.Results {
+		if c.Status != "ok" || c.Metrics["throughput_bps"].N != 2 || c.Metrics["throughput_bps"].Mean <= 0 {
+			t.Errorf("%s: %s (%s), throughput %+v", c.Case.ID, c.Status, c.Reason, c.Metrics["throughput_bps"])
+		}
+	}
+	kinds := map[string]int{}
+	for _, c := range s.Comparisons {
+		kinds[c.Kind+" "+c.Reference]++
+	}
+	for want, n := range map[string]int{
+		"baseline baseline/bare/intra/tcp":                            4,
+		"nf chain/bare/intra/tcp/nf=route-iptables/len=1/rules=10":    1,
+		"nf chain/bare/intra/tcp/nf=route-iptables/len=2/rules=10":    1,
+		"scale chain/bare/intra/tcp/nf=route-iptables/len=1/rules=10": 1,
+		"scale chain/bare/intra/tcp/nf=ebpf-tc/len=1/rules=10":        1,
+	} {
+		if kinds[want] != n {
+			t.Errorf("%d comparisons %q, want %d (all: %v)", kinds[want], want, n, kinds)
+		}
+	}
+	page, err := os.ReadFile(filepath.Join(out, reportHTMLFile))
+	if err != nil || !strings.Contains(string(page), "bare nf=ebpf-tc") {
+		t.Errorf("report.html has no column for nf=ebpf-tc (%v)", err)
+	}
+	checkRunClean(t, r, s)
 }

@@ -1,7 +1,6 @@
 package kinds_test
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -31,17 +30,6 @@ const (
 	settle     = 200 * time.Millisecond // for frames still in flight when the sender stops
 )
 
-// onCPU runs a kind's NFs on one CPU.
-type onCPU struct {
-	nf.Kind
-	cpu int
-}
-
-func (k onCPU) Start(ctx context.Context, env nf.Env, rules nf.RuleSet) (nf.Instance, error) {
-	env.CPU = k.cpu
-	return k.Kind.Start(ctx, env, rules)
-}
-
 // BenchmarkPPS measures how many 64-byte frames per second each user-space forwarder passes:
 // a chain of one NF with 10 rules; the client blasts UDP frames of the allowed flow (to port
 // 5202) from an AF_PACKET socket with sendmmsg, on CPU 0 for ppsTrial; the NF runs on CPU 1.
@@ -65,7 +53,7 @@ func BenchmarkPPS(b *testing.B) {
 			if runtime.NumCPU() <= nfCPU {
 				cpu = -1
 			}
-			ch := nftest.Build(b, onCPU{Kind: k, cpu: cpu}, 1, 10)
+			ch := nftest.Build(b, &nftest.Recorder{Kind: k, CPU: &cpu}, 1, 10)
 			frame, err := udpFrame(ch)
 			if err != nil {
 				b.Fatal(err)

@@ -70,7 +70,7 @@ func (r Report) Has(name string) (bool, string) {
 		}
 	}
 	if tool, ok := strings.CutPrefix(name, "tool "); ok {
-		if _, err := lookTool(tool); err != nil {
+		if _, err := hosttools.Look(tool); err != nil {
 			return false, err.Error()
 		}
 		return true, ""

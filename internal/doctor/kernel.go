@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
+	"github.com/cnibench/cnibench/internal/hosttools"
 	"github.com/cnibench/cnibench/internal/names"
 	"github.com/cnibench/cnibench/internal/netns"
 )
@@ -111,11 +112,11 @@ func (s *scratch) do(fn func() error) error { return netns.Do(s.name, fn) }
 
 // exec runs tool inside the namespace via nsenter (argv, never a shell).
 func (s *scratch) exec(ctx context.Context, stdin, tool string, args ...string) (string, error) {
-	nsenter, err := lookTool("nsenter")
+	nsenter, err := hosttools.Look("nsenter")
 	if err != nil {
 		return "", err
 	}
-	path, err := lookTool(tool)
+	path, err := hosttools.Look(tool)
 	if err != nil {
 		return "", skipError(tool + " not installed")
 	}

@@ -30,8 +30,8 @@ func toolChecks(ctx context.Context) []Check {
 	var cs []Check
 	for _, t := range hosttools.All() {
 		c := Check{Name: "tool " + t.Name, Kind: "tool", Required: t.Core}
-		if path, err := lookTool(t.Name); err != nil {
-			c.Detail = err.Error() + ": " + t.Install()
+		if path, err := hosttools.Look(t.Name); err != nil {
+			c.Detail = err.Error()
 		} else if t.Version == nil {
 			c.OK, c.Detail = true, path
 		} else if out, err := run(ctx, "", nil, path, t.Version...); err != nil {
@@ -71,20 +71,6 @@ func cniVersion(ctx context.Context, plugin string) (bool, string) {
 		return true, fmt.Sprintf("%s (CNI %s; supports %s)", dir, v.CNIVersion, strings.Join(v.SupportedVersions, ","))
 	}
 	return false, fmt.Sprintf("not found in %s", strings.Join(cniDirs(), ", "))
-}
-
-// lookTool finds an executable in PATH or the usual sbin directories, which
-// are often missing from PATH of non-login shells.
-func lookTool(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, d := range []string{"/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin", "/bin"} {
-		if p, err := exec.LookPath(filepath.Join(d, name)); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: not found in PATH", name)
 }
 
 // run executes path with args (no shell) under a short timeout and returns

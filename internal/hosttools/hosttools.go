@@ -7,6 +7,7 @@ package hosttools
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 )
 
@@ -38,6 +39,8 @@ var table = []Tool{
 	{Name: "nft", Package: "nftables", Version: []string{"--version"}},
 	{Name: "iptables", Package: "iptables", Version: []string{"--version"}},
 	{Name: "iptables-legacy", Package: "iptables", Version: []string{"--version"}},
+	{Name: "iptables-restore", Package: "iptables", Version: []string{"--version"}},
+	{Name: "ip6tables-restore", Package: "iptables", Version: []string{"--version"}},
 	{Name: "ipset", Package: "ipset", Version: []string{"--version"}},
 	{Name: "tcpdump", Package: "tcpdump", Version: []string{"--version"}},
 	{Name: "ovs-vswitchd", Package: "openvswitch-switch", Version: []string{"--version"}},
@@ -73,3 +76,24 @@ func (t Tool) Install() string {
 
 // Base is a tool's file name ("/bin/busybox" -> "busybox").
 func (t Tool) Base() string { return filepath.Base(t.Name) }
+
+// sbinDirs are searched after PATH: the sbin directories are often missing from the PATH of
+// non-login shells, and Debian puts several of the tools there.
+var sbinDirs = []string{"/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin", "/bin"}
+
+// Look finds an executable on PATH or in the usual sbin and bin directories. The error names
+// it and, for a tool of the table, says how to install it.
+func Look(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range sbinDirs {
+		if p, err := exec.LookPath(filepath.Join(d, name)); err == nil {
+			return p, nil
+		}
+	}
+	if t, err := Get(name); err == nil {
+		return "", fmt.Errorf("%s not found in PATH: %s", name, t.Install())
+	}
+	return "", fmt.Errorf("%s not found in PATH", name)
+}

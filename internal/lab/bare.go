@@ -14,11 +14,9 @@ import (
 // else (seed 000's 1S1C baseline), MTU = the underlay MTU.
 func (l *Lab) BarePair(ctx context.Context, client, server string) (cluster.Pod, cluster.Pod, error) {
 	l.mu.Lock()
-	for _, n := range []string{client, server} {
-		if _, dup := l.pods[n]; dup || !podNameRe.MatchString(n) {
-			l.mu.Unlock()
-			return cluster.Pod{}, cluster.Pod{}, fmt.Errorf("invalid or duplicate pod name %q", n)
-		}
+	if err := l.freeNames(client, server); err != nil {
+		l.mu.Unlock()
+		return cluster.Pod{}, cluster.Pod{}, err
 	}
 	l.bare++
 	k := l.bare
@@ -34,6 +32,16 @@ func (l *Lab) BarePair(ctx context.Context, client, server string) (cluster.Pod,
 		return cluster.Pod{}, cluster.Pod{}, fmt.Errorf("bare veth pair: %w", err)
 	}
 	return c.Pod, s.Pod, nil
+}
+
+// freeNames checks that names are valid pod names no pod has yet (call with l.mu held).
+func (l *Lab) freeNames(names ...string) error {
+	for _, n := range names {
+		if _, dup := l.pods[n]; dup || !podNameRe.MatchString(n) {
+			return fmt.Errorf("invalid or duplicate pod name %q", n)
+		}
+	}
+	return nil
 }
 
 func (l *Lab) wireBare(c, s *pod) error {

@@ -37,11 +37,9 @@ func (l *Lab) Chain(ctx context.Context, spec cluster.ChainSpec) (cluster.Pod, c
 		ports = append(ports, nf.Port{Proto: proto, Port: uint16(p.Port)})
 	}
 	l.mu.Lock()
-	for _, n := range []string{spec.Client, spec.Server} {
-		if _, dup := l.pods[n]; dup || !podNameRe.MatchString(n) {
-			l.mu.Unlock()
-			return cluster.Pod{}, cluster.Pod{}, nil, fmt.Errorf("invalid or duplicate pod name %q", n)
-		}
+	if err := l.freeNames(spec.Client, spec.Server); err != nil {
+		l.mu.Unlock()
+		return cluster.Pod{}, cluster.Pod{}, nil, err
 	}
 	l.chainSeq++
 	seq := strconv.Itoa(l.chainSeq)

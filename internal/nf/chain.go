@@ -151,20 +151,16 @@ func vethPair(left, leftIf, right, rightIf string, mtu int) error {
 		return err
 	}
 	defer rns.Close()
-	tmp := "cnbv" + strconv.Itoa(os.Getpid()%100000)
 	err = withHandle(left, func(h *netlink.Handle) error {
 		return h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: leftIf, MTU: mtu},
-			PeerName: tmp, PeerNamespace: netlink.NsFd(int(rns))})
+			PeerName: rightIf, PeerNamespace: netlink.NsFd(int(rns))})
 	})
 	if err != nil {
 		return err
 	}
 	if err := withHandle(right, func(h *netlink.Handle) error {
-		lk, err := h.LinkByName(tmp)
+		lk, err := h.LinkByName(rightIf)
 		if err != nil {
-			return err
-		}
-		if err := h.LinkSetName(lk, rightIf); err != nil {
 			return err
 		}
 		if err := h.LinkSetMTU(lk, mtu); err != nil {

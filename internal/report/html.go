@@ -232,12 +232,12 @@ func (p *page) glance(run int, r Run) {
 	p.f(`<p class="host">%s</p>`, esc(hostLine(s.Environment)))
 	var rows []result.Comparison
 	for _, c := range s.Comparisons {
-		if (c.Kind == "dataplane" || c.Kind == "proxy" || c.Kind == "policy" || c.Kind == "nf") && c.N > 0 {
+		if c.OfVariants() && c.N > 0 {
 			rows = append(rows, c)
 		}
 	}
 	if len(rows) > 0 {
-		p.s(`<p>Data planes, proxies and policy engines against each other, paired by round (scale sweeps are compared in each scenario's section):</p>`)
+		p.s(`<p>Data planes, proxies, policy engines and network functions against each other, paired by round (scale sweeps are compared in each scenario's section):</p>`)
 		p.comparisonTable(rows)
 	}
 	p.s(`</section>`)
@@ -352,7 +352,7 @@ func (p *page) scenario(run int, id, name string, rs []result.CaseResult, s resu
 	var scale []result.Comparison
 	differ := 0
 	for _, c := range s.Comparisons {
-		if _, ok := byID[c.Case]; ok && c.N > 0 && c.Kind != "baseline" && c.Kind != "dataplane" && c.Kind != "proxy" && c.Kind != "policy" {
+		if _, ok := byID[c.Case]; ok && c.N > 0 && c.Kind != "baseline" && !c.OfVariants() {
 			scale = append(scale, c)
 			if c.Differs() {
 				differ++
@@ -360,7 +360,7 @@ func (p *page) scenario(run int, id, name string, rs []result.CaseResult, s resu
 		}
 	}
 	if len(scale) > 0 {
-		p.f(`<details class="scale"><summary>%d other paired comparisons in this scenario (scale points against the smallest, A/A copies); %d differ beyond the noise</summary>`, len(scale), differ)
+		p.f(`<details class="scale"><summary>%d other paired comparisons in this scenario (scale points against the smallest, A/A copies, P99 latency against the baseline); %d differ beyond the noise</summary>`, len(scale), differ)
 		p.comparisonTable(scale)
 		p.s(`</details>`)
 	}

@@ -294,6 +294,16 @@ type RatioSummary struct {
 	CI95High float64 `json:"ci95_high"`
 }
 
+// OfVariants tells whether a comparison sets two variants of one measurement against each other
+// (another dataplane, proxy, policy engine or network-function kind).
+func (c Comparison) OfVariants() bool {
+	switch c.Kind {
+	case "dataplane", "proxy", "policy", "nf":
+		return true
+	}
+	return false
+}
+
 // Differs tells whether the interval excludes 1.0: only then do the two cases differ.
 func (r RatioSummary) Differs() bool { return r.N >= 2 && (r.CI95Low > 1 || r.CI95High < 1) }
 
@@ -301,7 +311,8 @@ func (r RatioSummary) Differs() bool { return r.N >= 2 && (r.CI95Low > 1 || r.CI
 type Comparison struct {
 	Case      string `json:"case"`      // case id
 	Reference string `json:"reference"` // case id of what it is compared with
-	// Kind says what differs: "baseline" (a pod result against its baseline), "dataplane", "nf",
+	// Kind says what differs: "baseline" (a pod result against its baseline; "baseline-p99"
+	// for the P99 latency of request/response cases), "dataplane", "nf",
 	// "proxy", "policy", "scale" (services, policies, pods, replicas, chain length or rules against the smallest),
 	// "copy" (an A/A copy against the first).
 	Kind   string `json:"kind"`

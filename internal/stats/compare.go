@@ -8,6 +8,8 @@ import (
 // (Case.Primary) over the rounds both cases measured (trial k of every case runs in round k;
 // see PairedRatio):
 //   - "baseline": a pod result against its baseline (Case.BaselineID), when the run has it;
+//   - "baseline-p99": the same for the P99 latency (latency_p99_us) of request/response cases,
+//     whose primary metric is their rate (the tail is what a chain or a proxy adds);
 //   - "dataplane", "proxy", "policy", "nf": a case against the first case of the run that measures
 //     the same thing (same CompareKey) on another variant, named by the part that differs;
 //   - "scale": a case against the least loaded case (Case.Load) of the run that differs from
@@ -17,25 +19,29 @@ import (
 // Only ok trials count (the last record of a trial number wins, as in Aggregate);
 // comparisons without a common round are left out. The order is the order of cases.
 func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
-	values := map[string]map[int]float64{} // case id -> trial -> primary metric
-	primary := map[string]string{}
+	values := map[string]map[string]map[int]float64{} // metric -> case id -> trial -> value
+	known := map[string]bool{}
 	for _, c := range cases {
-		primary[c.ID] = c.Primary()
+		known[c.ID] = true
 	}
 	for _, t := range trials {
-		pm, ok := primary[t.Case.ID]
-		if !ok || t.Warmup {
+		if !known[t.Case.ID] || t.Warmup {
 			continue
 		}
-		if values[t.Case.ID] == nil {
-			values[t.Case.ID] = map[int]float64{}
+		for _, m := range []string{t.Case.Primary(), p99} {
+			if values[m] == nil {
+				values[m] = map[string]map[int]float64{}
+			}
+			if values[m][t.Case.ID] == nil {
+				values[m][t.Case.ID] = map[int]float64{}
+			}
+			v, ok := t.Metrics[m]
+			if t.EffectiveStatus() != "ok" || !ok {
+				delete(values[m][t.Case.ID], t.Trial)
+				continue
+			}
+			values[m][t.Case.ID][t.Trial] = v
 		}
-		v, ok := t.Metrics[pm]
-		if t.EffectiveStatus() != "ok" || !ok {
-			delete(values[t.Case.ID], t.Trial)
-			continue
-		}
-		values[t.Case.ID][t.Trial] = v
 	}
 	byID := map[string]result.Case{}
 	first := map[string]result.Case{} // CompareKey -> the first case measuring it
@@ -54,17 +60,23 @@ func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
 		}
 	}
 	var out []result.Comparison
+	addMetric := func(c, ref result.Case, kind, metric string) {
+		if r := PairedRatio(values[metric][c.ID], values[metric][ref.ID]); r.N > 0 {
+			out = append(out, result.Comparison{Case: c.ID, Reference: ref.ID, Kind: kind, Metric: metric, RatioSummary: r})
+		}
+	}
 	add := func(c, ref result.Case, kind string) {
 		if c.ID == ref.ID || c.Primary() != ref.Primary() {
 			return
 		}
-		if r := PairedRatio(values[c.ID], values[ref.ID]); r.N > 0 {
-			out = append(out, result.Comparison{Case: c.ID, Reference: ref.ID, Kind: kind, Metric: c.Primary(), RatioSummary: r})
-		}
+		addMetric(c, ref, kind, c.Primary())
 	}
 	for _, c := range cases {
 		if b, ok := byID[c.BaselineID()]; ok {
 			add(c, b, "baseline")
+			if c.Primary() == "transactions_per_s" && b.Primary() == c.Primary() {
+				addMetric(c, b, "baseline-p99", p99)
+			}
 		}
 		if c.Copy > 1 {
 			if f, ok := copy1[withoutCopy(c)]; ok {
@@ -81,6 +93,9 @@ func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
 	}
 	return out
 }
+
+// p99 is the tail latency compared with the baseline besides the primary metric.
+const p99 = "latency_p99_us"
 
 // unscaled is a case's identity without its scale: the id of the case with no Services,
 // policies, silent pods or replicas, and the variant it ran on.

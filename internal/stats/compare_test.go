@@ -72,3 +72,34 @@ func TestCompareKindsAndPairing(t *testing.T) {
 		t.Errorf("comparisons\n got %v\nwant %v", rows, want)
 	}
 }
+
+// Request/response cases are also compared with their baseline on P99 latency; streams are not.
+func TestCompareBaselineP99(t *testing.T) {
+	nfKind := func(k string) func(*result.Case) {
+		return func(c *result.Case) { c.NF, c.ChainLength, c.Rules = k, 1, 10 }
+	}
+	cases := []result.Case{
+		labCase("baseline", "bare", "intra", "rr", nil),
+		labCase("baseline", "bare", "intra", "tcp", nil),
+		labCase("chain", "bare", "intra", "rr", nfKind("ovs-userspace")),
+		labCase("chain", "bare", "intra", "tcp", nfKind("ovs-userspace")),
+	}
+	var trials []result.Trial
+	for k := 1; k <= 4; k++ {
+		trials = append(trials,
+			result.Trial{Case: cases[0], Trial: k, Status: "ok", Metrics: map[string]float64{"transactions_per_s": 18000, "latency_p99_us": 100}},
+			result.Trial{Case: cases[1], Trial: k, Status: "ok", Metrics: map[string]float64{"throughput_bps": 3e10}},
+			result.Trial{Case: cases[2], Trial: k, Status: "ok", Metrics: map[string]float64{"transactions_per_s": 9000, "latency_p99_us": 250}},
+			result.Trial{Case: cases[3], Trial: k, Status: "ok", Metrics: map[string]float64{"throughput_bps": 6e9}})
+	}
+	var p99 []result.Comparison
+	for _, c := range Compare(cases, trials) {
+		if c.Kind == "baseline-p99" {
+			p99 = append(p99, c)
+		}
+	}
+	if len(p99) != 1 || p99[0].Case != cases[2].ID || p99[0].Reference != cases[0].ID || p99[0].Metric != "latency_p99_us" || p99[0].N != 4 ||
+		p99[0].Ratio < 2.49 || p99[0].Ratio > 2.51 {
+		t.Fatalf("P99 comparisons: %+v", p99)
+	}
+}

@@ -90,17 +90,7 @@ func (kind) Usable() error {
 	return nil
 }
 
-func look() (string, error) {
-	t, err := hosttools.Get(Testpmd)
-	if err != nil {
-		return "", err
-	}
-	p, err := exec.LookPath(t.Name)
-	if err != nil {
-		return "", fmt.Errorf("%s not found: %s", t.Name, t.Install())
-	}
-	return p, nil
-}
+func look() (string, error) { return hosttools.Look(Testpmd) }
 
 // RunDir is the runtime directory (RUNTIME_DIRECTORY) of an NF's testpmd; EAL makes
 // RunDir/dpdk/<env.Name> in it.
@@ -268,7 +258,39 @@ func (in *instance) PID() int {
 
 // Pause stops testpmd (SIGSTOP to its process group): its poll-mode driver keeps a CPU busy
 // whether traffic comes or not, and a stopped testpmd uses none (nf.Pauser).
-func (in *instance) Pause() error { return in.signal(syscall.SIGSTOP) }
+// It returns once every thread of testpmd has stopped (a signal takes effect asynchronously).
+func (in *instance) Pause() error {
+	if err := in.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !stopped(in.PID()) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s (PID %d) did not stop within 2 s of SIGSTOP", Testpmd, in.PID())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// stopped tells whether every thread of process pid is stopped (state T in /proc).
+func stopped(pid int) bool {
+	stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if len(stats) == 0 {
+		return false
+	}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
 
 // Resume lets a paused testpmd go on (SIGCONT).
 func (in *instance) Resume() error { return in.signal(syscall.SIGCONT) }

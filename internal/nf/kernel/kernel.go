@@ -8,11 +8,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/cnibench/cnibench/internal/hosttools"
 	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/nf"
 )
@@ -39,8 +39,8 @@ func (k kind) Layer() nf.Layer {
 // Usable needs iptables-restore, and br_netfilter for the bridge.
 func (k kind) Usable() error {
 	for _, t := range []string{"iptables-restore", "ip6tables-restore"} {
-		if _, err := exec.LookPath(t); err != nil {
-			return fmt.Errorf("%s not found: install the Debian package iptables", t)
+		if _, err := hosttools.Look(t); err != nil {
+			return err
 		}
 	}
 	if k.bridge {

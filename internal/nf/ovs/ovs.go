@@ -79,7 +79,7 @@ func (kind) Layer() nf.Layer { return nf.Transparent }
 // Usable needs the Open vSwitch tools and the database schema.
 func (kind) Usable() error {
 	for _, name := range tools {
-		if _, err := look(name); err != nil {
+		if _, err := hosttools.Look(name); err != nil {
 			return err
 		}
 	}
@@ -92,22 +92,6 @@ func (kind) Usable() error {
 
 // look finds a tool of the table on PATH or in the sbin directories (ovs-vswitchd and
 // ovsdb-server live in /usr/sbin, which a non-login PATH may lack).
-func look(name string) (string, error) {
-	t, err := hosttools.Get(name)
-	if err != nil {
-		return "", err
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found: %s", name, t.Install())
-}
 
 // Render is the OpenFlow table (ovs-ofctl add-flows input) of a rule set. Table 0 holds ARP
 // (highest priority, to the forwarding table) and then the rules in order at decreasing
@@ -202,7 +186,7 @@ const (
 func (kind) Start(ctx context.Context, env nf.Env, rules nf.RuleSet) (_ nf.Instance, err error) {
 	paths := map[string]string{}
 	for _, name := range tools {
-		p, err := look(name)
+		p, err := hosttools.Look(name)
 		if err != nil {
 			return nil, err
 		}

@@ -106,7 +106,11 @@ func newListCmd() *cobra.Command {
 				} else {
 					why = "not checked (not root)"
 				}
-				fmt.Fprintf(w, "%s\t%s\t\t\t\t%s\t%s\n", n, k.Layer(), yesNo(why == ""), orStr(why, k.Summary()))
+				layer := k.Layer().String()
+				if _, ok := k.(nf.PodKind); ok {
+					layer += "; kube too"
+				}
+				fmt.Fprintf(w, "%s\t%s\t\t\t\t%s\t%s\n", n, layer, yesNo(why == ""), orStr(why, k.Summary()))
 			}
 			if err := w.Flush(); err != nil {
 				return err

@@ -41,6 +41,7 @@ var table = []Tool{
 	{Name: "iptables-legacy", Package: "iptables", Version: []string{"--version"}},
 	{Name: "iptables-restore", Package: "iptables", Version: []string{"--version"}},
 	{Name: "ip6tables-restore", Package: "iptables", Version: []string{"--version"}},
+	{Name: "iptables-save", Package: "iptables", Version: []string{"--version"}},
 	{Name: "ipset", Package: "ipset", Version: []string{"--version"}},
 	{Name: "tcpdump", Package: "tcpdump", Version: []string{"--version"}},
 	{Name: "ovs-vswitchd", Package: "openvswitch-switch", Version: []string{"--version"}},

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -32,6 +33,8 @@ import (
 
 	"github.com/cnibench/cnibench/internal/driver"
 	"github.com/cnibench/cnibench/internal/hosttools"
+	"github.com/cnibench/cnibench/internal/nf"
+	_ "github.com/cnibench/cnibench/internal/nf/kinds" // the network functions that run in pods
 )
 
 // DefaultTag is the image reference recorded when Options.Tag is empty.
@@ -83,10 +86,19 @@ type Manifest struct {
 // directories, pkg the Debian package to install when it is missing.
 type tool struct{ name, pkg string }
 
-// tools are what pods run: every driver's tools, and taskset, which pins each of them.
+// tools are what pods run: every driver's tools, taskset, which pins each of them, and the
+// tools of the network functions that run in pods.
 var tools = func() []tool {
 	var out []tool
-	for _, name := range append(driver.AllTools(), "taskset") {
+	names := append(driver.AllTools(), "taskset")
+	for _, k := range nf.PodKinds() {
+		for _, n := range k.PodTools() {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	for _, name := range names {
 		t, err := hosttools.Get(name)
 		if err != nil {
 			panic(err) // hosttools' test keeps the table complete
@@ -234,6 +246,19 @@ func Build(outFile string, opt Options) (Manifest, error) {
 	for _, p := range opt.Extra {
 		if _, err := fsys.addHostPath(filepath.Clean(p)); err != nil {
 			return Manifest{}, err
+		}
+	}
+	for _, k := range nf.PodKinds() {
+		for _, pattern := range k.PodFiles() {
+			files, _ := filepath.Glob(pattern)
+			if len(files) == 0 {
+				return Manifest{}, fmt.Errorf("image: network function %s needs %s, which is not on this host (install the package of its tools: %s)", k.Name(), pattern, strings.Join(k.PodTools(), ", "))
+			}
+			for _, f := range files {
+				if _, err := fsys.addHostPath(f); err != nil {
+					return Manifest{}, err
+				}
+			}
 		}
 	}
 	if err := addSkeleton(fsys); err != nil {

@@ -173,7 +173,7 @@ func (l layerFS) loadable(lib string) string {
 }
 
 func TestToolsList(t *testing.T) {
-	want := []string{"busybox", "curl", "iperf3", "netperf", "netserver", "nginx", "taskset"}
+	want := []string{"busybox", "curl", "iperf3", "iptables-restore", "iptables-save", "netperf", "netserver", "nginx", "taskset"}
 	if got := Tools(); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
 		t.Fatalf("Tools() = %v, want %v", got, want)
 	}
@@ -590,6 +590,29 @@ func TestChrootTools(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { run(t, c.want, c.args...) })
 	}
+
+	// The network functions that run in pods load their rules with the image's tools (in a new
+	// network namespace: the host's rules stay as they are), plug-ins included.
+	t.Run("iptables-rules", func(t *testing.T) {
+		unshare, err := exec.LookPath("unshare")
+		if err != nil {
+			t.Skip("no unshare(1)")
+		}
+		rules := "*filter\n:FORWARD DROP [0:0]\n-A FORWARD -s 10.0.0.1/32 -d 10.0.0.2/32 -p tcp --dport 5201 -j ACCEPT\n" +
+			"-A FORWARD -s 198.18.0.1/32 -d 10.0.0.2/32 -p udp --sport 9 -j DROP\nCOMMIT\n"
+		cmd := exec.Command(unshare, "--net", chroot, root, "/bin/sh", "-c", "iptables-restore && iptables-save -c -t filter")
+		cmd.Env = []string{"PATH=" + ImagePath}
+		cmd.Stdin = strings.NewReader(rules)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("iptables-restore in the image: %v\n%s", err, b)
+		}
+		for _, want := range []string{"--dport 5201 -j ACCEPT", "-m udp --sport 9 -j DROP", ":FORWARD DROP [0:0]"} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("iptables-save in the image lacks %q:\n%s", want, b)
+			}
+		}
+	})
 
 	// nginx serves /srv on 8080 (skipped when the port is taken here).
 	t.Run("nginx-serves", func(t *testing.T) {

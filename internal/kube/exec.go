@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,11 +18,12 @@ import (
 )
 
 // execOptions is what Exec asks the pods/exec subresource for: argv in container "main", as
-// separate arguments (no shell), stdout and stderr, no stdin, no TTY.
-func execOptions(argv []string) *corev1.PodExecOptions {
+// separate arguments (no shell), stdout and stderr, stdin only when asked for, no TTY.
+func execOptions(argv []string, stdin bool) *corev1.PodExecOptions {
 	return &corev1.PodExecOptions{
 		Container: ContainerName,
 		Command:   append([]string(nil), argv...),
+		Stdin:     stdin,
 		Stdout:    true,
 		Stderr:    true,
 	}
@@ -62,19 +64,28 @@ func exitCode(err error) (int, bool) {
 // reported in ExitCode; cancelling ctx ends the stream (the command itself may outlive it in
 // the container, as with kubectl exec).
 func (c *Cluster) Exec(ctx context.Context, pod string, argv []string) (cluster.ExecResult, error) {
+	return c.execInput(ctx, pod, nil, argv)
+}
+
+// execInput is Exec with stdin (nil: none) fed to the command.
+func (c *Cluster) execInput(ctx context.Context, pod string, stdin []byte, argv []string) (cluster.ExecResult, error) {
 	if len(argv) == 0 {
 		return cluster.ExecResult{}, errors.New("empty command")
 	}
 	if c.rc == nil || c.core == nil {
 		return cluster.ExecResult{}, errors.New("exec needs a REST config (the cluster was created without one)")
 	}
-	ex, err := newExecutor(c.rc, execURL(c.core, c.ns, c.podName(pod), execOptions(argv)))
+	ex, err := newExecutor(c.rc, execURL(c.core, c.ns, c.podName(pod), execOptions(argv, stdin != nil)))
 	if err != nil {
 		return cluster.ExecResult{}, fmt.Errorf("exec in pod %s: %w", pod, err)
 	}
 	// On cancellation StreamWithContext returns while its copiers may still write.
 	var stdout, stderr cluster.LockedBuffer
-	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+	opts := remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}
+	if stdin != nil {
+		opts.Stdin = bytes.NewReader(stdin)
+	}
+	err = ex.StreamWithContext(ctx, opts)
 	res := cluster.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 	if ctx.Err() != nil {
 		return res, ctx.Err()

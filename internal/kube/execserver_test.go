@@ -45,6 +45,10 @@ func fakeExecServer(t *testing.T) *httptest.Server {
 			return
 		}
 		channels := []wsstream.ChannelType{wsstream.IgnoreChannel, wsstream.WriteChannel, wsstream.WriteChannel, wsstream.WriteChannel, wsstream.IgnoreChannel}
+		stdin := q.Get("stdin") == "true"
+		if stdin {
+			channels[0] = wsstream.ReadChannel
+		}
 		conn := wsstream.NewConn(map[string]wsstream.ChannelProtocolConfig{
 			remotecommand.StreamProtocolV5Name: {Binary: true, Channels: channels},
 		})
@@ -59,6 +63,9 @@ func fakeExecServer(t *testing.T) *httptest.Server {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Stdout, cmd.Stderr = streams[1], streams[2]
+		if stdin {
+			cmd.Stdin = streams[0]
+		}
 		err = cmd.Run()
 		st := metav1.Status{Status: metav1.StatusSuccess}
 		var ee *exec.ExitError

@@ -85,9 +85,10 @@ type Cluster struct {
 	policy  policyState  // the probe's cached result, under mu
 	mu      sync.Mutex
 	pods    map[string]cluster.Pod
-	real    map[string]string // scenario pod name -> pod name, for Deployment replicas
-	podMTU  int               // measured in the first pod (learnPodMTU)
-	servers map[string]bool   // pods created as Deployments
+	real    map[string]string   // scenario pod name -> pod name, for Deployment replicas
+	podMTU  int                 // measured in the first pod (learnPodMTU)
+	servers map[string]bool     // pods created as Deployments
+	chains  map[string][]string // a chain's client and server -> every pod of the chain (Chain)
 	procs   map[*process]bool
 	seq     int // log file sequence for Start
 	closed  bool
@@ -134,7 +135,7 @@ func NewWithClient(ctx context.Context, cs kubernetes.Interface, rc *rest.Config
 	if cfg.Image == "" {
 		cfg.Image = DefaultImage
 	}
-	c := &Cluster{cfg: cfg, cs: cs, pods: map[string]cluster.Pod{}, real: map[string]string{}, servers: map[string]bool{}, procs: map[*process]bool{}}
+	c := &Cluster{cfg: cfg, cs: cs, pods: map[string]cluster.Pod{}, real: map[string]string{}, servers: map[string]bool{}, procs: map[*process]bool{}, chains: map[string][]string{}}
 	if rc != nil {
 		c.rc = rest.CopyConfig(rc)
 		core, err := corev1client.NewForConfig(c.rc)

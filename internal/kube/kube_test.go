@@ -569,7 +569,10 @@ func TestExecRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	argv := []string{"taskset", "-c", "1", "iperf3", "-c", "10.244.1.7", "--title", "a b; $(rm -rf /) `x` '\"", "*"}
-	opts := execOptions(argv)
+	opts := execOptions(argv, false)
+	if in := execOptions(argv, true); !in.Stdin || in.TTY {
+		t.Errorf("exec options with stdin %+v", in)
+	}
 	if opts.Container != "main" || !opts.Stdout || !opts.Stderr || opts.Stdin || opts.TTY || !slices.Equal(opts.Command, argv) {
 		t.Errorf("exec options %+v", opts)
 	}

@@ -138,6 +138,12 @@ const createWorkers = 16
 // together: a list of the namespace per poll, not a get per pod. Pods that do not come up,
 // and the others of the batch, are deleted again.
 func (c *Cluster) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
+	return c.createPods(ctx, specs, nil)
+}
+
+// createPods is CreatePods with mod (nil: none) changing each plain pod's object before it is
+// created (not a server's Deployment).
+func (c *Cluster) createPods(ctx context.Context, specs []cluster.PodSpec, mod func(cluster.PodSpec, *corev1.Pod)) ([]cluster.Pod, error) {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -163,7 +169,7 @@ func (c *Cluster) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cl
 	}
 	created := make([]bool, len(specs))
 	err := cluster.Parallel(ctx, len(specs), createWorkers, func(i int) error {
-		if err := c.createObject(ctx, specs[i]); err != nil {
+		if err := c.createObject(ctx, specs[i], mod); err != nil {
 			return fmt.Errorf("create pod %s on %s: %w", specs[i].Name, specs[i].Node, err)
 		}
 		created[i] = true
@@ -192,7 +198,7 @@ func (c *Cluster) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cl
 	return out, nil
 }
 
-func (c *Cluster) createObject(ctx context.Context, spec cluster.PodSpec) error {
+func (c *Cluster) createObject(ctx context.Context, spec cluster.PodSpec, mod func(cluster.PodSpec, *corev1.Pod)) error {
 	if spec.Server {
 		c.mu.Lock()
 		c.servers[spec.Name] = true
@@ -203,6 +209,9 @@ func (c *Cluster) createObject(ctx context.Context, spec cluster.PodSpec) error 
 	p := c.podObject(spec)
 	if spec.Silent && c.isFake(spec.Node) {
 		p.Spec.Tolerations = append(p.Spec.Tolerations, fakeToleration)
+	}
+	if mod != nil {
+		mod(spec, p)
 	}
 	_, err := c.cs.CoreV1().Pods(c.ns).Create(ctx, p, metav1.CreateOptions{})
 	return err
@@ -302,10 +311,17 @@ func (c *Cluster) podName(name string) string {
 	return name
 }
 
+// sysctlForbidden is the status reason of a pod whose sysctls the kubelet does not allow.
+const sysctlForbidden = "SysctlForbidden"
+
 // podUp reports whether the pod is Running with an IP, or an error if it will not get there.
 func podUp(p *corev1.Pod) (bool, error) {
 	switch p.Status.Phase {
 	case corev1.PodFailed, corev1.PodSucceeded:
+		if p.Status.Reason == sysctlForbidden {
+			// The kubelet refused the pod's sysctls: a setting of this cluster, not a failure.
+			return false, cluster.Unsupported("the kubelet of %s forbids the pod's sysctls (%s); allow them with the kubelet's --allowed-unsafe-sysctls (allowedUnsafeSysctls in its configuration)", p.Spec.NodeName, strings.TrimSpace(p.Status.Message))
+		}
 		msg := fmt.Sprintf("pod phase %s", p.Status.Phase)
 		if p.Status.Reason != "" || p.Status.Message != "" {
 			msg += ": " + strings.TrimSpace(p.Status.Reason+" "+p.Status.Message)
@@ -398,6 +414,7 @@ func eventTime(e corev1.Event) time.Time {
 // would not mean stopped, and a host-network server could still hold its port when the next
 // pod starts. With 1 s the object disappears only once the kubelet has stopped the pod.
 func (c *Cluster) DeletePods(ctx context.Context, names []string) error {
+	names = c.withChains(names)
 	for _, n := range names {
 		c.stopProcs(n)
 	}
@@ -413,6 +430,7 @@ func (c *Cluster) forget(names []string) {
 		delete(c.pods, n)
 		delete(c.real, n)
 		delete(c.servers, n)
+		delete(c.chains, n)
 	}
 }
 

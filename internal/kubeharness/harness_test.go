@@ -134,6 +134,7 @@ func TestRealCluster(t *testing.T) {
 	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s") })
 	t.Run("rbac", func(t *testing.T) { rbacOnCluster(t, h, bin) })
 	t.Run("facts-and-policy-probe", func(t *testing.T) { probeOnCluster(t, h) })
+	t.Run("chain", func(t *testing.T) { chainOnCluster(t, h, bin) })
 	t.Run("cli-fake-nodes", func(t *testing.T) { cliFakeNodes(t, h, bin) })
 	t.Run("cli-scale", func(t *testing.T) { cliScale(t, h, bin) })
 	t.Run("fake-nodes", func(t *testing.T) { fakeNodesOnCluster(t, h) })
@@ -305,6 +306,8 @@ func rbacOnCluster(t *testing.T, h *Harness, bin string) {
 	}
 	cliOnCluster(t, h, bin, "--kubeconfig", imp, "--scenario", "p2p", "--placement", "inter", "--protocol", "tcp,crr")
 	cliOnCluster(t, h, bin, "--kubeconfig", imp, "--scenario", "p2s", "--placement", "inter", "--protocol", "rr")
+	// A chain's pods (NET_ADMIN, forwarding sysctls, exec with stdin) need no more rights.
+	cliOnCluster(t, h, bin, "--kubeconfig", imp, "--scenario", "chain", "--protocol", "rr")
 
 	// --fake-nodes needs the second role: without it the run fails (a user error, not a
 	// half-made cluster); with it, cnibench and its kwok work as that user.

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cnibench/cnibench/internal/nf"
 )
 
 // node starts containerd (with the tools image imported), the kubelet and kube-proxy of one
@@ -90,7 +93,8 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "0%%", nodefs.inodesFree: "0%%", imagefs.available: "0%%"}
 staticPodPath: ""
 localStorageCapacityIsolation: false
-`, h.pki.path("ca.crt"), n.cgroupRoot, sock, n.ip, d("pod-logs"))
+allowedUnsafeSysctls: [%s]
+`, h.pki.path("ca.crt"), n.cgroupRoot, sock, n.ip, d("pod-logs"), unsafeSysctls())
 	if err := h.writeFile(d("kubelet.yaml"), kubelet); err != nil {
 		return err
 	}
@@ -196,3 +200,13 @@ func (h *Harness) waitNodesReady(ctx context.Context, timeout time.Duration) err
 }
 
 var _ = strings.TrimSpace
+
+// unsafeSysctls are the sysctls the kubelets allow beyond the safe set: those the pods of
+// network functions need to forward (nf.PodSysctls), as a YAML flow list.
+func unsafeSysctls() string {
+	var q []string
+	for _, n := range nf.PodSysctlNames() {
+		q = append(q, strconv.Quote(n))
+	}
+	return strings.Join(q, ", ")
+}

@@ -30,11 +30,7 @@ func (l *Lab) Chain(ctx context.Context, spec cluster.ChainSpec) (cluster.Pod, c
 	}
 	var ports []nf.Port
 	for _, p := range spec.Ports {
-		proto := nf.TCP
-		if p.Protocol == "udp" {
-			proto = nf.UDP
-		}
-		ports = append(ports, nf.Port{Proto: proto, Port: uint16(p.Port)})
+		ports = append(ports, nf.PortOf(p.Protocol, p.Port))
 	}
 	l.mu.Lock()
 	if err := l.freeNames(spec.Client, spec.Server); err != nil {

@@ -110,7 +110,7 @@ func BuildChain(ctx context.Context, spec ChainSpec) (_ *Chain, err error) {
 		if h < n {
 			right, rightIf = spec.NFName(h+1), InIf
 		}
-		if err := vethPair(left, leftIf, right, rightIf, spec.MTU); err != nil {
+		if err := VethPair(left, leftIf, right, rightIf, spec.MTU); err != nil {
 			return nil, fmt.Errorf("link %d: %w", h, err)
 		}
 	}
@@ -144,8 +144,8 @@ func BuildChain(ctx context.Context, spec ChainSpec) (_ *Chain, err error) {
 	return c, ctx.Err()
 }
 
-// vethPair creates a veth pair with ends leftIf in namespace left and rightIf in right, both up.
-func vethPair(left, leftIf, right, rightIf string, mtu int) error {
+// VethPair creates a veth pair with ends leftIf in namespace left and rightIf in right, both up.
+func VethPair(left, leftIf, right, rightIf string, mtu int) error {
 	rns, err := vns.GetFromPath(netns.Path(right))
 	if err != nil {
 		return err
@@ -188,7 +188,8 @@ func withHandle(ns string, fn func(h *netlink.Handle) error) error {
 	return fn(h)
 }
 
-func addAddr(ns, dev string, a netip.Addr, bits int) error {
+// AddAddr gives dev in namespace ns the address a/bits.
+func AddAddr(ns, dev string, a netip.Addr, bits int) error {
 	return withHandle(ns, func(h *netlink.Handle) error {
 		lk, err := h.LinkByName(dev)
 		if err != nil {
@@ -213,15 +214,15 @@ func (c *Chain) address(routed bool) error {
 	s := c.Spec
 	n := s.Length
 	if !routed {
-		if err := addAddr(s.Client, ClientIf, c.ClientIP, 24); err != nil {
+		if err := AddAddr(s.Client, ClientIf, c.ClientIP, 24); err != nil {
 			return err
 		}
-		return addAddr(s.Server, ClientIf, c.ServerIP, 24)
+		return AddAddr(s.Server, ClientIf, c.ServerIP, 24)
 	}
-	if err := addAddr(s.Client, ClientIf, hopAddr(0, 1), 24); err != nil {
+	if err := AddAddr(s.Client, ClientIf, hopAddr(0, 1), 24); err != nil {
 		return err
 	}
-	if err := addAddr(s.Server, ClientIf, hopAddr(n, 2), 24); err != nil {
+	if err := AddAddr(s.Server, ClientIf, hopAddr(n, 2), 24); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -235,10 +236,10 @@ func (c *Chain) address(routed bool) error {
 	}
 	for i := 1; i <= n; i++ {
 		ns := s.NFName(i)
-		if err := addAddr(ns, InIf, hopAddr(i-1, 2), 24); err != nil {
+		if err := AddAddr(ns, InIf, hopAddr(i-1, 2), 24); err != nil {
 			return err
 		}
-		if err := addAddr(ns, OutIf, hopAddr(i, 1), 24); err != nil {
+		if err := AddAddr(ns, OutIf, hopAddr(i, 1), 24); err != nil {
 			return err
 		}
 		if err := netns.SetSysctl(ns, "net/ipv4/ip_forward", "1"); err != nil {

@@ -34,7 +34,7 @@ func testPair(t *testing.T) (a, b Endpoint) {
 			}
 		})
 	}
-	if err := vethPair(a.NS, a.Dev, b.NS, b.Dev, 1500); err != nil {
+	if err := VethPair(a.NS, a.Dev, b.NS, b.Dev, 1500); err != nil {
 		t.Fatal(err)
 	}
 	return a, b

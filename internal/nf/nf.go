@@ -101,10 +101,13 @@ type Cleaner interface {
 }
 
 // Cleaners are the registered kinds that are Cleaners.
-func Cleaners() []Cleaner {
-	var out []Cleaner
+func Cleaners() []Cleaner { return kindsAs[Cleaner]() }
+
+// kindsAs are the registered kinds that implement T, sorted by name.
+func kindsAs[T any]() []T {
+	var out []T
 	for _, n := range Names() {
-		if c, ok := kinds[n].(Cleaner); ok {
+		if c, ok := kinds[n].(T); ok {
 			out = append(out, c)
 		}
 	}

@@ -23,7 +23,7 @@ type kind struct {
 }
 
 func init() {
-	nf.Register(kind{name: "route-iptables", summary: "routes between two subnets; iptables FORWARD rules as the firewall"})
+	nf.Register(routeKind{kind{name: "route-iptables", summary: "routes between two subnets; iptables FORWARD rules as the firewall"}})
 	nf.Register(kind{name: "bridge-iptables", bridge: true, summary: "transparent Linux bridge; iptables rules on bridged packets (br_netfilter)"})
 }
 
@@ -102,6 +102,69 @@ func (k kind) Start(ctx context.Context, env nf.Env, rules nf.RuleSet) (nf.Insta
 		return nil, err
 	}
 	return instance{}, ctx.Err()
+}
+
+// routeKind is route-iptables, which also runs in a pod of a cluster network (nf.PodKind).
+type routeKind struct{ kind }
+
+var _ nf.PodKind = routeKind{}
+
+// PodTools: iptables-restore loads the rules, iptables-save reads the counters.
+func (routeKind) PodTools() []string { return []string{"iptables-restore", "iptables-save"} }
+
+// PodFiles are the xtables plug-ins the rendered rules load (-p tcp/udp with ports, ACCEPT and
+// DROP), wherever the host's multiarch directory is.
+func (routeKind) PodFiles() []string {
+	return []string{
+		"/usr/lib/*/xtables/libxt_standard.so", "/usr/lib/*/xtables/libxt_tcp.so", "/usr/lib/*/xtables/libxt_udp.so",
+	}
+}
+
+// StartInPod loads the rules into the pod's FORWARD chain (the pod forwards: nf.PodSysctls).
+// IPv6 is not forwarded there (the pod's net.ipv6.conf.all.forwarding stays 0).
+func (routeKind) StartInPod(ctx context.Context, run nf.PodRunner, rules nf.RuleSet) error {
+	_, err := run(ctx, Render(rules), "iptables-restore")
+	return err
+}
+
+// Dropped sums the FORWARD chain's drops: its policy counter and its DROP rules' counters.
+func (routeKind) Dropped(ctx context.Context, run nf.PodRunner) (uint64, error) {
+	out, err := run(ctx, nil, "iptables-save", "-c", "-t", "filter")
+	if err != nil {
+		return 0, err
+	}
+	return ForwardDrops(out)
+}
+
+// ForwardDrops reads `iptables-save -c` output: the FORWARD policy's packet counter when the
+// policy is DROP, plus the packet counters of the FORWARD rules that jump to DROP.
+func ForwardDrops(save []byte) (uint64, error) {
+	var sum uint64
+	found := false
+	for _, line := range strings.Split(string(save), "\n") {
+		line = strings.TrimSpace(line)
+		var pk, by uint64
+		switch {
+		case strings.HasPrefix(line, ":FORWARD "):
+			var policy string
+			if _, err := fmt.Sscanf(line, ":FORWARD %s [%d:%d]", &policy, &pk, &by); err != nil {
+				return 0, fmt.Errorf("iptables-save: bad chain line %q: %v", line, err)
+			}
+			found = true
+			if policy == "DROP" {
+				sum += pk
+			}
+		case strings.HasPrefix(line, "[") && strings.Contains(line, " -A FORWARD ") && strings.HasSuffix(line, " -j DROP"):
+			if _, err := fmt.Sscanf(line, "[%d:%d]", &pk, &by); err != nil {
+				return 0, fmt.Errorf("iptables-save: bad rule line %q: %v", line, err)
+			}
+			sum += pk
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("iptables-save: no FORWARD chain in the filter table")
+	}
+	return sum, nil
 }
 
 // bridge joins In and Out in a Linux bridge "br0" (no address, no STP: ports forward at once).

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -32,4 +33,34 @@ func TestRenderOrderAndPolicy(t *testing.T) {
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("render:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))
 	}
+}
+
+// TestForwardDrops reads a real `iptables-save -c -t filter` (testdata: recorded from a
+// forwarding namespace after 3 pings the FORWARD policy dropped, 2 UDP datagrams a DROP rule
+// dropped and one allowed TCP exchange).
+func TestForwardDrops(t *testing.T) {
+	b, err := os.ReadFile("testdata/iptables-save-c.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ForwardDrops(b)
+	if err != nil || got != 5 {
+		t.Fatalf("ForwardDrops = %d, %v; want 5 (3 by the policy, 2 by a rule)", got, err)
+	}
+	accept := strings.ReplaceAll(string(b), ":FORWARD DROP", ":FORWARD ACCEPT")
+	if got, err := ForwardDrops([]byte(accept)); err != nil || got != 2 {
+		t.Fatalf("with an ACCEPT policy: %d, %v; want 2 (the rule's only)", got, err)
+	}
+	if _, err := ForwardDrops([]byte("*nat\nCOMMIT\n")); err == nil {
+		t.Fatal("no FORWARD chain: want an error")
+	}
+	if _, err := ForwardDrops([]byte(":FORWARD DROP [x:1]\n")); err == nil {
+		t.Fatal("a bad counter: want an error")
+	}
+}
+
+// TestRouteIPTablesInPod runs the pod form of route-iptables in a namespace with a PodRunner
+// that execs there: the rules it loads drop what they should and Dropped counts it.
+func TestRouteIPTablesInPod(t *testing.T) {
+	nftest.CheckInPod(t, nftest.Kind(t, "route-iptables").(nf.PodKind))
 }

@@ -27,6 +27,7 @@ const recordNamespace = "cnbrec"
 // port "dns" 53) without endpoints. It returns once web's EndpointSlices list both pods as
 // ready, prints the addresses as JSON, and leaves everything in place for the recording (the
 // cluster's teardown removes it; CNIBENCH_RECORD_CLEAN=1 deletes the namespace instead).
+// CNIBENCH_RECORD_SET=nodeport adds the NodePort Services of the *-nodeport recordings.
 func TestRecordProxyServices(t *testing.T) {
 	kc := os.Getenv("CNIBENCH_RECORD_KUBECONFIG")
 	if kc == "" {
@@ -70,7 +71,7 @@ func TestRecordProxyServices(t *testing.T) {
 	grace, no := int64(1), false
 	for i, node := range names[:2] {
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-%d", i), Labels: map[string]string{"app": "web"}},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("web-%d", i), Labels: map[string]string{"app": "web", "idx": fmt.Sprint(i)}},
 			Spec: corev1.PodSpec{
 				NodeName: node, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &no, EnableServiceLinks: &no,
 				Containers: []corev1.Container{{Name: ContainerName, Image: DefaultImage, ImagePullPolicy: corev1.PullIfNotPresent,
@@ -87,6 +88,19 @@ func TestRecordProxyServices(t *testing.T) {
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "dns"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: map[string]string{"app": "dns"},
 			Ports: []corev1.ServicePort{{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(53), Protocol: corev1.ProtocolUDP}}}},
+	}
+	if os.Getenv("CNIBENCH_RECORD_SET") == "nodeport" {
+		// NodePort Services over the same pods: externalTrafficPolicy Cluster over both, Local
+		// over both, and Local over web-1 only (node1's pod: node0 has no local endpoint).
+		np := func(name string, nodePort int32, etp corev1.ServiceExternalTrafficPolicy, sel map[string]string) *corev1.Service {
+			return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+				Selector: sel, ExternalTrafficPolicy: etp,
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), NodePort: nodePort, Protocol: corev1.ProtocolTCP}}}}
+		}
+		svcs = append(svcs,
+			np("np-cluster", 30080, corev1.ServiceExternalTrafficPolicyCluster, map[string]string{"app": "web"}),
+			np("np-local", 30081, corev1.ServiceExternalTrafficPolicyLocal, map[string]string{"app": "web"}),
+			np("np-local-remote", 30082, corev1.ServiceExternalTrafficPolicyLocal, map[string]string{"app": "web", "idx": "1"}))
 	}
 	out := map[string]any{}
 	for _, s := range svcs {

@@ -112,8 +112,9 @@ func chainPod(p *corev1.Pod, isNF bool) {
 	if p.Spec.SecurityContext == nil {
 		p.Spec.SecurityContext = &corev1.PodSecurityContext{}
 	}
+	values := nf.PodSysctls()
 	for _, name := range nf.PodSysctlNames() {
-		p.Spec.SecurityContext.Sysctls = append(p.Spec.SecurityContext.Sysctls, corev1.Sysctl{Name: name, Value: nf.PodSysctls()[name]})
+		p.Spec.SecurityContext.Sysctls = append(p.Spec.SecurityContext.Sysctls, corev1.Sysctl{Name: name, Value: values[name]})
 	}
 }
 

@@ -70,8 +70,8 @@ func chainOnCluster(t *testing.T, h *Harness, bin string) {
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("iptables-save in %s: %v %s", pod, err, res.Stderr)
 		}
-		if n := acceptCount(string(res.Stdout), "--dport 5201 -j ACCEPT"); n == 0 {
-			t.Errorf("%s forwarded no packet of the allowed flow:\n%s", pod, res.Stdout)
+		if n, ok, err := kernel.RulePackets(res.Stdout, "--dport 5201 -j ACCEPT"); err != nil || !ok || n == 0 {
+			t.Errorf("%s forwarded no packet of the allowed flow (%d, rule found %v, %v):\n%s", pod, n, ok, err, res.Stdout)
 		}
 		drops, err := kernel.ForwardDrops(res.Stdout)
 		if err != nil {
@@ -103,15 +103,4 @@ func chainOnCluster(t *testing.T, h *Harness, bin string) {
 			t.Errorf("%s: status %q (%s), want %s", r.Case.ID, r.Status, r.Reason, want)
 		}
 	}
-}
-
-// acceptCount is the packet counter of the first `iptables-save -c` rule line containing rule.
-func acceptCount(save, rule string) uint64 {
-	for _, line := range strings.Split(save, "\n") {
-		if strings.Contains(line, rule) && strings.HasPrefix(line, "[") {
-			n, _ := strconv.ParseUint(strings.TrimPrefix(strings.SplitN(line, ":", 2)[0], "["), 10, 64)
-			return n
-		}
-	}
-	return 0
 }

@@ -199,8 +199,6 @@ func (h *Harness) waitNodesReady(ctx context.Context, timeout time.Duration) err
 	}
 }
 
-var _ = strings.TrimSpace
-
 // unsafeSysctls are the sysctls the kubelets allow beyond the safe set: those the pods of
 // network functions need to forward (nf.PodSysctls), as a YAML flow list.
 func unsafeSysctls() string {

@@ -57,6 +57,12 @@ func TestForwardDrops(t *testing.T) {
 	if _, err := ForwardDrops([]byte(":FORWARD DROP [x:1]\n")); err == nil {
 		t.Fatal("a bad counter: want an error")
 	}
+	if n, ok, err := RulePackets(b, "-p tcp -m tcp --dport 5201 -j ACCEPT"); err != nil || !ok || n != 4 {
+		t.Fatalf("RulePackets of the allowed TCP rule: %d %v %v; want 4", n, ok, err)
+	}
+	if _, ok, err := RulePackets(b, "--dport 9999"); err != nil || ok {
+		t.Fatalf("RulePackets of no rule: found %v, %v", ok, err)
+	}
 }
 
 // TestRouteIPTablesInPod runs the pod form of route-iptables in a namespace with a PodRunner

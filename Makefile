@@ -59,7 +59,7 @@ check-leftovers:
 	 kube=$$(ls /var/tmp/cnibench-kube 2>/dev/null || true); \
 	 state=$$(ls /run/cnibench 2>/dev/null | grep -E '^cnb(t|e2e)' || true); \
 	 procs=$$(pgrep -f '[c]nibench-kube/|[c]nibench-kwok' || true); \
-	 cgroups=$$(find /sys/fs/cgroup -maxdepth 2 -name 'cnbt*' 2>/dev/null || true); \
+	 cgroups=$$(find /sys/fs/cgroup -maxdepth 3 \( -name 'cnbt*' -o -name 'cnbe2e*' \) 2>/dev/null || true); \
 	 mounts=$$(grep -c '[c]nibench-kube' /proc/self/mountinfo || true); \
 	 browsers=$$(pgrep -r R,S,D,T -f '[c]nibench-chromium-' || true; ls -d /tmp/cnibench-chrom[i]um-* 2>/dev/null || true); \
 	 proms=$$(pgrep -r R,S,D,T -f '[p]rometheus --config.file=/tmp/' || true); \

@@ -724,7 +724,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown proxy", []string{"run", "--scenario", "p2s", "--proxy", "bogus"}, `--proxy: unknown proxy "bogus"`},
 		{"proxy on kube", []string{"run", "--scenario", "p2s", "--backend", "kube", "--kubeconfig", "/nonexistent/kubeconfig", "--proxy", "nftables"}, "proxy and policy choose lab implementations"},
 		{"policies without silent pods", []string{"run", "--scenario", "p2p-policies", "--pods", "1", "--policies", "5"}, "5 policies need at least 3 silent pods"},
-		{"dataplane not built", []string{"run", "--scenario", "p2p", "--dataplane", "cilium", "--protocol", "tcp"}, "cilium is not available"},
+		{"dataplane not built", []string{"run", "--scenario", "p2p", "--dataplane", "antrea", "--protocol", "tcp"}, "antrea is not available"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -1211,13 +1211,16 @@ func TestInfoCommands(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("exit code %d: %s", r.code, r.stderr)
 		}
-		for _, dp := range []string{"flannel", "calico", "cilium", "bare", "node2node", "p2p", "baseline", "vnf"} {
+		for _, dp := range []string{"flannel", "calico", "cilium", "polycube", "antrea", "bare", "node2node", "p2p", "baseline", "vnf"} {
 			if row(r.stdout, dp) == nil {
 				t.Errorf("list has no row for %s:\n%s", dp, r.stdout)
 			}
 		}
-		if f := row(r.stdout, "cilium"); !slices.Contains(f, "no") || !strings.Contains(strings.Join(f, " "), "not built yet") {
-			t.Errorf("cilium row %v: want RUNS HERE no and the reason", f)
+		if f := row(r.stdout, "antrea"); !slices.Contains(f, "no") || !strings.Contains(strings.Join(f, " "), "not built yet") {
+			t.Errorf("antrea row %v: want RUNS HERE no and the reason", f)
+		}
+		if f := row(r.stdout, "cilium"); !slices.Contains(f, "yes") {
+			t.Errorf("cilium row %v: want RUNS HERE yes", f)
 		}
 		if f := row(r.stdout, "vnf"); !slices.Contains(f, "no") {
 			t.Errorf("vnf row %v: want no", f)

@@ -40,6 +40,7 @@ var caseFlags = []struct{ name, help string }{
 	{"nf", "chain: network-function kinds to sweep (see cnibench list; default route-iptables)"},
 	{"chain-length", "chain: network functions between client and server, to sweep (default 1)"},
 	{"rules", "chain: firewall rules per network function, the matching ones last, to sweep (default 10)"},
+	{"external-traffic-policy", "n2s: the NodePort Service's externalTrafficPolicy, cluster,local (default both)"},
 	{"repeat", "trials per case (default 12)"},
 	{"duration", "seconds per trial (default 10)"},
 	{"warmup", "seconds of the warm-up trial the statistics skip; 0 = none (default 2)"},
@@ -129,6 +130,7 @@ Examples:
   cnibench run --plan plans/quick.yaml
   cnibench run --scenario p2p --dataplane flannel,calico --placement inter --protocol tcp,crr
   cnibench run --scenario p2s --dataplane calico --protocol tcp,rr
+  cnibench run --scenario n2s --dataplane calico --proxy iptables,nftables --external-traffic-policy local
   cnibench run --backend kube --scenario p2p --nodes worker-1,worker-2 --fake-nodes 10 --pods 1000
   cnibench run --scenario baseline --dataplane bare --protocol tcp --repeat 5 --duration 5
   cnibench run --resume runs/20261122T071000Z-quick`,

@@ -30,7 +30,7 @@ func (throwawayProxy) Usable() error   { return nil }
 func (throwawayProxy) Render([]proxy.Service, proxy.Options) ([]byte, proxy.Counts) {
 	return nil, proxy.Counts{}
 }
-func (throwawayProxy) Apply(string, []byte) error {
+func (throwawayProxy) Apply(dataplane.Node, []byte) error {
 	return errors.New("throwaway proxy programs nothing")
 }
 

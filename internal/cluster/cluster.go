@@ -42,6 +42,20 @@ type PodSpec struct {
 	// Ports are the pod's declared container ports (named ports of NetworkPolicies and
 	// Services resolve against them).
 	Ports []ContainerPort
+	// External asks for a client outside the cluster, on the nodes' network (seed 003's
+	// external client): it reaches the cluster only through the nodes' addresses (NodePorts)
+	// and is never an endpoint. The lab puts it in a namespace of its own on the underlay, off
+	// every node; the kube backend runs it as a host-network pod on Node (a real cluster has no
+	// machine outside its nodes that cnibench could start processes on). Node is where the
+	// backend places it if it must be on a node, and the node whose CPU a trial samples.
+	External bool
+	// AnswerPort asks for a pod that, from the moment it can be an endpoint, answers every TCP
+	// connection on this port with one line holding the address it was reached at (its own)
+	// and closes it: the reaction scenario tells its endpoints apart by it. The lab answers
+	// from inside the pod's namespace as soon as the pod is attached; the kube backend runs
+	// busybox nc as the container's command, with a readiness probe on the port. Only for a
+	// pod on the pod network that runs (not Silent, HostNetwork or External). 0: none.
+	AnswerPort int
 }
 
 // ContainerPort is a declared port of a pod.
@@ -57,6 +71,7 @@ type Pod struct {
 	Node        string
 	IP          string
 	HostNetwork bool
+	External    bool // a client outside the cluster (PodSpec.External)
 	Labels      map[string]string
 	Ports       []ContainerPort
 }
@@ -67,13 +82,23 @@ type ServicePort struct {
 	Port       int    // the Service's port
 	TargetPort int    // the pods' port (0: same as Port)
 	Protocol   string // "tcp" or "udp"
+	// NodePort is the port a NodePort Service serves this port on at every node's address
+	// (asked for: 0 = the cluster picks one; created: the one it has).
+	NodePort int
 }
 
-// ServiceSpec asks for a ClusterIP Service over the pods whose labels include Selector.
+// ServiceSpec asks for a ClusterIP Service over the pods whose labels include Selector, or a
+// NodePort Service.
 type ServiceSpec struct {
 	Name     string
 	Selector map[string]string
 	Ports    []ServicePort
+	// NodePort makes it a NodePort Service: each port is also served on every node's address.
+	NodePort bool
+	// ExternalLocal is externalTrafficPolicy Local: NodePort traffic goes only to endpoints on
+	// the node it arrived at, keeping the client's address (a node without one drops it);
+	// false is Cluster: any endpoint, the client's address masqueraded.
+	ExternalLocal bool
 }
 
 // Service is a created Service.
@@ -175,14 +200,20 @@ type Cluster interface {
 	Nodes(ctx context.Context) ([]Node, error)
 	// CreatePods creates pods (in parallel where the backend can; a spec without Node goes to
 	// a node the backend picks) and returns them, in the order of specs, once every one has an
-	// IP. On an error the pods already created are deleted again.
+	// IP. On an error the pods already created are deleted again. A pod that a Service's
+	// selector picks becomes one of its endpoints, as in Kubernetes: the call does not wait
+	// for that (on the lab, its own endpoint controller, it happens within the call).
 	CreatePods(ctx context.Context, specs []PodSpec) ([]Pod, error)
-	// DeletePods deletes pods and waits until they are gone.
+	// DeletePods deletes pods and waits until they are gone; their endpoints leave the
+	// Services that selected them.
 	DeletePods(ctx context.Context, names []string) error
 	// CreateServices creates ClusterIP Services (one data-plane programming on the lab,
 	// parallel API calls on a cluster) and returns them, in the order of specs, once traffic to
-	// each reaches its endpoints (the pods matching the selector at that time). On an error the
-	// Services already created are deleted again.
+	// each reaches its endpoints (the pods matching the selector at that time). A NodePort
+	// Service comes back with the NodePort of each port (Kubernetes gives the ports of one
+	// Service with the same number, TCP and UDP, one NodePort; an asked-for NodePort another
+	// Service has is an error wrapping ErrNodePortTaken). On an error the Services already
+	// created are deleted again.
 	CreateServices(ctx context.Context, specs []ServiceSpec) ([]Service, error)
 	DeleteServices(ctx context.Context, names []string) error
 	// CreateNetworkPolicies installs networking.k8s.io/v1 NetworkPolicies (an empty Namespace
@@ -240,6 +271,26 @@ type Chainer interface {
 type ChainControl interface {
 	Resume() error
 	Pause() error
+}
+
+// CounterReader is implemented by clusters whose data plane keeps packet counters it can read
+// (the lab's eBPF data paths: per cube, per program): cumulative counts by node and counter
+// name, nil when it keeps none. A trial records what they counted during it.
+type CounterReader interface {
+	DataplaneCounters() (map[string]map[string]uint64, error)
+}
+
+// ErrNodePortTaken marks a Service asking for a NodePort that another Service has: a caller
+// that picks NodePorts itself tries another one.
+var ErrNodePortTaken = errors.New("nodePort already allocated")
+
+// NodePortChecker is what a backend whose Service implementation may lack NodePorts offers (the
+// lab, whose proxy engine decides); a scenario asks for it with a type assertion before it
+// makes a NodePort Service. A backend without it serves NodePorts wherever it has Services.
+type NodePortChecker interface {
+	// NodePorts is nil when NodePort Services are served here, else an error wrapping
+	// ErrUnsupported that says why not.
+	NodePorts() error
 }
 
 // CreatePod creates one pod (CreatePods with one spec).

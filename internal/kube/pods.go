@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 )
@@ -31,6 +32,12 @@ var fatalWaiting = map[string]bool{
 // replica of a server Deployment (whose pod name the Deployment generates).
 const PodLabel = "cnibench.io/pod"
 
+// ExternalLabel marks a pod that stands for a client outside the cluster
+// (cluster.PodSpec.External): a host-network pod, on the nodes' network as an external
+// machine is; a real cluster has no machine outside its nodes that cnibench could start
+// processes on.
+const ExternalLabel = "cnibench.io/external"
+
 // podObject builds the pod for spec: pinned to spec.Node with nodeName, one container
 // "main" with the tools image sleeping forever.
 func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
@@ -41,13 +48,17 @@ func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
 	labels[ManagedBy] = ManagedByValue
 	labels[RunLabel] = LabelValue(c.cfg.RunID)
 	labels[PodLabel] = spec.Name
+	if spec.External {
+		labels[ExternalLabel] = "true"
+	}
+	hostNetwork := spec.HostNetwork || spec.External
 	grace := int64(1)
 	no := false
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: c.ns, Labels: labels},
 		Spec: corev1.PodSpec{
 			NodeName:                      spec.Node,
-			HostNetwork:                   spec.HostNetwork,
+			HostNetwork:                   hostNetwork,
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: &grace,
 			AutomountServiceAccountToken:  &no,
@@ -62,13 +73,36 @@ func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
 			}},
 		},
 	}
-	if spec.HostNetwork {
+	if hostNetwork {
 		p.Spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+	}
+	if spec.AnswerPort > 0 {
+		answering(&p.Spec.Containers[0], spec.AnswerPort)
 	}
 	if c.cfg.TolerateTaints {
 		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	}
 	return p
+}
+
+// answerScript answers every TCP connection on port $1 with the pod's address (from the
+// downward API) and closes it: busybox nc forks `echo` for each connection. A constant: the
+// port arrives as a positional parameter.
+const answerScript = `exec /bin/busybox nc -ll -p "$1" -e /bin/busybox echo "$POD_IP"`
+
+// answering makes the container answer on port (cluster.PodSpec.AnswerPort): nc as its
+// command, the pod's address in its environment, the port declared and probed for readiness,
+// so that the pod is Ready, and an endpoint, only once it answers.
+func answering(ct *corev1.Container, port int) {
+	ct.Command = []string{busybox, "sh", "-c", answerScript, "answer", strconv.Itoa(port)}
+	ct.Env = append(ct.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+	if !slices.ContainsFunc(ct.Ports, func(p corev1.ContainerPort) bool {
+		return int(p.ContainerPort) == port && p.Protocol != corev1.ProtocolUDP
+	}) {
+		ct.Ports = append(ct.Ports, corev1.ContainerPort{Name: "answer", ContainerPort: int32(port), Protocol: corev1.ProtocolTCP})
+	}
+	ct.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}},
+		PeriodSeconds: 1, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1}
 }
 
 // containerPorts declares the spec's ports on the container (protocol upper-cased, as the API
@@ -166,6 +200,9 @@ func (c *Cluster) createPods(ctx context.Context, specs []cluster.PodSpec, mod f
 				return nil, fmt.Errorf("pod %s: container port %q %d/%s (want 1-65535 and tcp, udp or sctp)", s.Name, p.Name, p.Port, p.Protocol)
 			}
 		}
+		if s.AnswerPort != 0 && (s.Silent || s.HostNetwork || s.External || s.AnswerPort < 1 || s.AnswerPort > 65535) {
+			return nil, fmt.Errorf("pod %s: answer port %d: wants 1-65535 in a pod on the pod network that runs (not silent, host-network or external)", s.Name, s.AnswerPort)
+		}
 	}
 	created := make([]bool, len(specs))
 	err := cluster.Parallel(ctx, len(specs), createWorkers, func(i int) error {
@@ -253,7 +290,8 @@ func (c *Cluster) awaitPods(ctx context.Context, specs []cluster.PodSpec) ([]clu
 			}
 			if ok {
 				up++
-				out[i] = cluster.Pod{Name: name, Node: p.Spec.NodeName, IP: p.Status.PodIP, HostNetwork: p.Spec.HostNetwork, Labels: maps.Clone(p.Labels), Ports: podPorts(p)}
+				out[i] = cluster.Pod{Name: name, Node: p.Spec.NodeName, IP: p.Status.PodIP, HostNetwork: p.Spec.HostNetwork,
+					External: p.Labels[ExternalLabel] == "true", Labels: maps.Clone(p.Labels), Ports: podPorts(p)}
 				c.mu.Lock()
 				c.real[name] = p.Name
 				c.mu.Unlock()

@@ -19,7 +19,9 @@ import (
 	"github.com/cnibench/cnibench/internal/cluster"
 )
 
-// serviceObject is a ClusterIP Service over the run's pods matching spec.Selector.
+// serviceObject is a ClusterIP Service over the run's pods matching spec.Selector, or a
+// NodePort Service (its NodePorts as asked, 0 = the API server allocates one) with its
+// externalTrafficPolicy.
 func (c *Cluster) serviceObject(spec cluster.ServiceSpec) *corev1.Service {
 	sel := maps.Clone(spec.Selector)
 	sel[RunLabel] = LabelValue(c.cfg.RunID)
@@ -32,10 +34,36 @@ func (c *Cluster) serviceObject(spec cluster.ServiceSpec) *corev1.Service {
 		if target == 0 {
 			target = p.Port
 		}
-		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: p.Name, Port: int32(p.Port),
-			TargetPort: intstr.FromInt32(int32(target)), Protocol: corev1.Protocol(strings.ToUpper(p.Protocol))})
+		sp := corev1.ServicePort{Name: p.Name, Port: int32(p.Port),
+			TargetPort: intstr.FromInt32(int32(target)), Protocol: corev1.Protocol(strings.ToUpper(p.Protocol))}
+		if spec.NodePort {
+			sp.NodePort = int32(p.NodePort)
+		}
+		svc.Spec.Ports = append(svc.Spec.Ports, sp)
+	}
+	if spec.NodePort {
+		svc.Spec.Type = corev1.ServiceTypeNodePort
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+		if spec.ExternalLocal {
+			svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}
 	}
 	return svc
+}
+
+// nodePortTaken tells whether the API server refused a Service because a NodePort it asked
+// for is allocated to another (the allocator's "provided port is already allocated").
+func nodePortTaken(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) || st.Status().Reason != metav1.StatusReasonInvalid || st.Status().Details == nil {
+		return false
+	}
+	for _, c := range st.Status().Details.Causes {
+		if strings.HasSuffix(c.Field, ".nodePort") && strings.Contains(c.Message, "already allocated") {
+			return true
+		}
+	}
+	return false
 }
 
 // CreateServices implements cluster.Cluster. It creates every Service (in parallel, through
@@ -81,14 +109,24 @@ func (c *Cluster) CreateServices(ctx context.Context, specs []cluster.ServiceSpe
 	c.mu.Unlock()
 
 	ips := make([]string, len(specs))
+	ports := make([][]cluster.ServicePort, len(specs))
 	created := make([]bool, len(specs))
 	err := cluster.Parallel(ctx, len(specs), createWorkers, func(i int) error {
 		svc, err := c.cs.CoreV1().Services(c.ns).Create(ctx, c.serviceObject(specs[i]), metav1.CreateOptions{})
+		if nodePortTaken(err) {
+			return &serviceError{specs[i].Name, fmt.Errorf("create: %w: %w", cluster.ErrNodePortTaken, err)}
+		}
 		if err != nil {
 			return &serviceError{specs[i].Name, fmt.Errorf("create: %w", err)}
 		}
 		created[i] = true
 		ips[i] = svc.Spec.ClusterIP
+		ports[i] = slices.Clone(specs[i].Ports)
+		for j := range ports[i] {
+			if specs[i].NodePort && j < len(svc.Spec.Ports) {
+				ports[i][j].NodePort = int(svc.Spec.Ports[j].NodePort)
+			}
+		}
 		return nil
 	})
 	var eps [][]string
@@ -112,7 +150,7 @@ func (c *Cluster) CreateServices(ctx context.Context, specs []cluster.ServiceSpe
 	}
 	out := make([]cluster.Service, len(specs))
 	for i, s := range specs {
-		out[i] = cluster.Service{Name: s.Name, ClusterIP: ips[i], Ports: slices.Clone(s.Ports), Endpoints: eps[i]}
+		out[i] = cluster.Service{Name: s.Name, ClusterIP: ips[i], Ports: ports[i], Endpoints: eps[i]}
 	}
 	return out, nil
 }

@@ -92,10 +92,13 @@ func servicesLeft(cs *fake.Clientset, ns string) []string {
 
 // serviceRun is a run with two "web" pods and one "db" pod up, ClusterIPs assigned by name and
 // the EndpointSlice controller running after delay. failCreate, if not "", is a Service whose
-// create the API server rejects.
-func serviceRun(t *testing.T, delay time.Duration, failCreate string) (*Cluster, *fake.Clientset, []cluster.Pod) {
+// create the API server rejects; onCreate are more reactors to Service creates (run first).
+func serviceRun(t *testing.T, delay time.Duration, failCreate string, onCreate ...k8stesting.ReactionFunc) (*Cluster, *fake.Clientset, []cluster.Pod) {
 	t.Helper()
 	cs := twoNodes()
+	for _, r := range onCreate {
+		cs.PrependReactor("create", "services", r)
+	}
 	// Reactors go in before any goroutine uses the clientset: adding one is not thread-safe.
 	cs.PrependReactor("create", "services", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if name := a.(k8stesting.CreateAction).GetObject().(*corev1.Service).Name; name == failCreate {

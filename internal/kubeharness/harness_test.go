@@ -2,6 +2,7 @@ package kubeharness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
@@ -11,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/image"
 	"github.com/cnibench/cnibench/internal/kube"
 	"github.com/cnibench/cnibench/internal/lab"
 	"github.com/cnibench/cnibench/internal/result"
 	"github.com/cnibench/cnibench/internal/scenario"
 	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -132,6 +135,8 @@ func TestRealCluster(t *testing.T) {
 	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
 	t.Run("cli", func(t *testing.T) { cliOnCluster(t, h, bin, "--plan", "../../plans/quick.yaml") })
 	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s") })
+	t.Run("n2s", func(t *testing.T) { n2sOnCluster(t, h) })
+	t.Run("reaction", func(t *testing.T) { reactionOnCluster(t, h, bin) })
 	t.Run("rbac", func(t *testing.T) { rbacOnCluster(t, h, bin) })
 	t.Run("facts-and-policy-probe", func(t *testing.T) { probeOnCluster(t, h) })
 	t.Run("chain", func(t *testing.T) { chainOnCluster(t, h, bin) })
@@ -153,6 +158,69 @@ func cliScale(t *testing.T, h *Harness, bin string) {
 	for _, r := range sum.Results {
 		if r.Status != "skipped" || !strings.Contains(r.Reason, kube.NotEnforcedDetail) {
 			t.Errorf("%s on the bridge CNI: %s (%s), want skipped: %s", r.Case.ID, r.Status, r.Reason, kube.NotEnforcedDetail)
+		}
+	}
+}
+
+// n2sOnCluster runs n2s through the kube backend: real Services of type NodePort with
+// externalTrafficPolicy Cluster and Local (kube-proxy as the harness runs it), the external
+// client a host-network pod on the node it does not target. Every case is measured but Local
+// inter (the targeted node has no endpoint: skipped saying so); the server sees the client's
+// own address with Local and the node's with Cluster. (Not through the CLI: a CLI run waits
+// while another run measures on the host.)
+func n2sOnCluster(t *testing.T, h *Harness) {
+	ctx := context.Background()
+	cl, err := kube.New(ctx, kube.Config{Kubeconfig: h.Kubeconfig, RunID: "n2s-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close(ctx)
+	cs := clientset(t, h.Kubeconfig)
+	nodes, err := cl.Nodes(ctx)
+	if err != nil || len(nodes) != 2 {
+		t.Fatalf("nodes: %v %v", nodes, err)
+	}
+	sc, err := scenario.Get("n2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range []string{"intra", "inter"} {
+		for _, proto := range []string{"tcp", "crr"} {
+			for _, etp := range []string{"cluster", "local"} {
+				c := result.Case{Scenario: "n2s", Backend: "kube", Dataplane: "cluster", Placement: pl, Protocol: proto, ExternalTrafficPolicy: etp}
+				c.ID = c.MakeID()
+				start := time.Now()
+				f, err := sc.Setup(ctx, cl, c, scenario.Options{CPUs: [2]int{0, 1}})
+				if etp == "local" && pl == "inter" {
+					if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "no endpoint") {
+						t.Errorf("%s: %v, want skipped: no endpoint on the targeted node", c.ID, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("%s: setup: %v", c.ID, err)
+					continue
+				}
+				svc, err := cs.CoreV1().Services(cl.Namespace()).Get(ctx, "server", metav1.GetOptions{})
+				if err != nil || svc.Spec.Type != corev1.ServiceTypeNodePort || !strings.EqualFold(string(svc.Spec.ExternalTrafficPolicy), etp) {
+					t.Errorf("%s: Service %+v (%v), want type NodePort, externalTrafficPolicy %s", c.ID, svc.Spec, err, etp)
+				}
+				client, err := cs.CoreV1().Pods(cl.Namespace()).Get(ctx, "client", metav1.GetOptions{})
+				want := map[string]string{"intra": nodes[1].Name, "inter": nodes[0].Name}[pl]
+				if err != nil || !client.Spec.HostNetwork || client.Spec.NodeName != want {
+					t.Errorf("%s: client pod on %s (%v), want a host-network pod on %s", c.ID, client.Spec.NodeName, err, want)
+				}
+				m, err := f.Trial(ctx, 2)
+				if err != nil {
+					t.Errorf("%s: trial: %v\n%s", c.ID, err, m.Raw)
+				} else if m.Metrics[c.Primary()] <= 0 || (m.Metrics["client_ip_preserved"] == 1) != (etp == "local") {
+					t.Errorf("%s: %s = %v, client_ip_preserved = %v", c.ID, c.Primary(), m.Metrics[c.Primary()], m.Metrics["client_ip_preserved"])
+				}
+				if err := f.Close(ctx); err != nil {
+					t.Errorf("%s: close: %v", c.ID, err)
+				}
+				t.Logf("%s: %s = %.4g, client_ip_preserved = %v (%.1f s)", c.ID, c.Primary(), m.Metrics[c.Primary()], m.Metrics["client_ip_preserved"], time.Since(start).Seconds())
+			}
 		}
 	}
 }
@@ -252,6 +320,41 @@ func TestRealClusterNFTables(t *testing.T) {
 	cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr")
 	// Services through kube-proxy's nftables mode: every protocol, intra and inter node.
 	cliOnCluster(t, h, bin, "--scenario", "p2s")
+	// NodePorts through it, from outside.
+	t.Run("n2s", func(t *testing.T) { n2sOnCluster(t, h) })
+	// How fast kube-proxy's nftables mode follows endpoints.
+	t.Run("reaction", func(t *testing.T) { reactionOnCluster(t, h, bin) })
+}
+
+// reactionOnCluster runs the reaction scenario through the CLI on the cluster, one trial per
+// placement (three scale ups and downs each): real pods answering with their address, the
+// EndpointSlice controller and kube-proxy following them. Every change is seen, with its
+// control-plane part (the EndpointSlices updated) and the data-plane rest.
+func reactionOnCluster(t *testing.T, h *Harness, bin string) {
+	start := time.Now()
+	sum := cliSummary(t, h, bin, true, "--scenario", "reaction", "--repeat", "1")
+	if len(sum.Results) != 2 {
+		t.Errorf("%d results, want intra and inter", len(sum.Results))
+	}
+	for _, r := range sum.Results {
+		if r.Status != "ok" {
+			t.Errorf("%s: %s (%s)", r.Case.ID, r.Status, r.Reason)
+			continue
+		}
+		m := func(k string) float64 { return r.Metrics[k].Mean }
+		for _, k := range []string{"reaction_up_ms", "reaction_down_ms", "reaction_up_control_ms", "reaction_down_control_ms", "endpoint_ready_ms"} {
+			if v := m(k); v <= 0 || v > 30000 {
+				t.Errorf("%s: %s = %v", r.Case.ID, k, v)
+			}
+		}
+		if m("reaction_changes_count") < 3 || r.Case.Tool != "nc" {
+			t.Errorf("%s: %v changes, tool %q", r.Case.ID, m("reaction_changes_count"), r.Case.Tool)
+		}
+		t.Logf("%s: up %.1f ms (control %.1f + data %.1f), down %.1f ms (control %.1f + data %.1f), pod ready %.0f ms after the create call, %v failed probes, probe every %.2f ms, clock ±%.1f ms",
+			r.Case.ID, m("reaction_up_ms"), m("reaction_up_control_ms"), m("reaction_up_data_ms"), m("reaction_down_ms"), m("reaction_down_control_ms"),
+			m("reaction_down_data_ms"), m("endpoint_ready_ms"), m("probe_failed_count"), m("probe_interval_ms"), m("probe_clock_uncertainty_ms"))
+	}
+	t.Logf("reaction on the cluster: %.0f s", time.Since(start).Seconds())
 }
 
 func buildCLI(t *testing.T) string {

@@ -109,6 +109,9 @@ func Leftovers(prefix string) []string {
 	for _, m := range mountsUnder(StateRoot, prefix) {
 		out = append(out, "mount "+m)
 	}
+	for _, d := range dirsOf(CgroupRoot(), prefix) {
+		out = append(out, "cgroup "+d)
+	}
 	for _, c := range nf.Cleaners() {
 		out = append(out, c.Leftovers(prefix)...)
 	}
@@ -143,7 +146,7 @@ func mountsUnder(root, prefix string) []string {
 
 // Clean removes everything of a prefix, whoever owns it ("" = every lab prefix): processes
 // inside its namespaces, the namespaces (their links go with them), the bpf file systems its
-// chains mounted, what network-function kinds left outside (nf.Cleaner), its state and scratch
+// nodes and chains mounted, its nodes' cgroups, what network-function kinds left outside (nf.Cleaner), its state and scratch
 // directories. Idempotent. Lab.Close and `lab down` use it; `lab clean` uses CleanAll, which
 // spares the labs of live owners.
 func Clean(prefix string) error {
@@ -157,6 +160,9 @@ func Clean(prefix string) error {
 	}
 	for _, m := range mountsUnder(StateRoot, prefix) {
 		errs = append(errs, nf.Unmount(m))
+	}
+	for _, d := range dirsOf(CgroupRoot(), prefix) {
+		errs = append(errs, removeCgroup(d))
 	}
 	for _, c := range nf.Cleaners() {
 		errs = append(errs, c.Clean(prefix))

@@ -78,6 +78,13 @@ func (l *Lab) attach(ctx context.Context, n *node, podNS string) (net.IP, error)
 	if err := l.dp.Attach.PodAdded(l.view(n), pn); err != nil {
 		return nil, err
 	}
+	for _, part := range []any{l.dp.Proxy, l.dp.Policy} {
+		if h, ok := part.(dataplane.PodHook); ok {
+			if err := h.PodAdded(l.view(n), pn); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return ip, nil
 }
 

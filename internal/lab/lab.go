@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"runtime"
 	"sync"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 
@@ -151,6 +152,10 @@ type pod struct {
 	ns       string // namespace (the node's for host-network pods, the holder's for silent ones)
 	attached bool   // attached through CNI (needs CNI DEL)
 	silent   bool   // an address in the node's silent-pod holder
+	veth     string // an external client's link in the fabric namespace (see external.go)
+	// readyAt is when the pod was ready to serve (attached, answering: see endpoints.go).
+	readyAt time.Time
+	answer  net.Listener // the pod's answer listener (PodSpec.AnswerPort), closed on delete
 }
 
 // Lab is a running lab cluster; it implements cluster.Cluster.
@@ -171,16 +176,24 @@ type Lab struct {
 	chainSeq int
 
 	services   map[string]*service
-	svcSeq     int      // ClusterIPs handed out so far (offsets into the service range)
-	svcFree    []int    // offsets of deleted Services, reused oldest first once the range is used up
-	svcChains  []string // chains of the last rendering
-	filtering  bool     // the nodes are ready for filtering (Attach.Filtered)
+	svcSeq     int          // ClusterIPs handed out so far (offsets into the service range)
+	nodePorts  map[int]bool // NodePorts in use
+	svcFree    []int        // offsets of deleted Services, reused oldest first once the range is used up
+	svcChains  []string     // chains of the last rendering
+	filtering  bool         // the nodes are ready for filtering (Attach.Filtered)
 	progMu     sync.Mutex
 	programmed map[string]float64 // what the last Service/policy programming installed
 	policies   map[string]networkingv1.NetworkPolicy
+	// svcProg makes programmings of the Services follow one another: each applies the state
+	// it rendered, so two at once could leave the older one applied last.
+	svcProg sync.Mutex
+	tracks  map[*endpointTrack]bool // the Services' endpoint tracks (see endpoints.go), under mu
 
 	holdMu  sync.Mutex
 	holders map[string]*holder // node name -> silent-pod holder
+
+	extIPs map[string]bool // underlay addresses of external clients (see external.go)
+	extSeq int             // fabric links of external clients made so far
 }
 
 var _ cluster.Cluster = (*Lab)(nil)
@@ -206,8 +219,9 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab backend needs root (network namespaces): run as root")
 	}
-	l = &Lab{cfg: cfg, dp: dp, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, chains: map[string]*nf.Chain{}, services: map[string]*service{},
-		holders: map[string]*holder{}, programmed: map[string]float64{}, policies: map[string]networkingv1.NetworkPolicy{}}
+	l = &Lab{cfg: cfg, dp: dp, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, chains: map[string]*nf.Chain{}, services: map[string]*service{}, nodePorts: map[int]bool{},
+		holders: map[string]*holder{}, programmed: map[string]float64{}, policies: map[string]networkingv1.NetworkPolicy{}, extIPs: map[string]bool{},
+		tracks: map[*endpointTrack]bool{}}
 	defer func() {
 		if err != nil {
 			_ = l.Close(context.Background())
@@ -286,10 +300,22 @@ func (l *Lab) FabricNS() string { return l.fabric }
 
 var podNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
 
-// CreatePod implements cluster.Cluster.
+// CreatePod creates one pod (CreatePods with one spec).
 func (l *Lab) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod, error) {
+	return cluster.CreatePod(ctx, l, spec)
+}
+
+// createPod creates one pod. An external client (spec.External) is a namespace on the
+// underlay, off every node (external.go).
+func (l *Lab) createPod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod, error) {
 	if !podNameRe.MatchString(spec.Name) {
 		return cluster.Pod{}, fmt.Errorf("invalid pod name %q: lowercase letters, digits and '-', at most 40", spec.Name)
+	}
+	if spec.AnswerPort != 0 && (spec.Silent || spec.HostNetwork || spec.External || spec.AnswerPort < 1 || spec.AnswerPort > 65535) {
+		return cluster.Pod{}, fmt.Errorf("pod %s: answer port %d: wants 1-65535 in a pod on the pod network that runs (not silent, host-network or external)", spec.Name, spec.AnswerPort)
+	}
+	if spec.External && spec.Node == "" {
+		spec.Node = l.nodes[0].name
 	}
 	n, err := l.node(spec.Node)
 	if err != nil {
@@ -303,8 +329,16 @@ func (l *Lab) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod,
 	p := &pod{Pod: cluster.Pod{Name: spec.Name, Node: n.name, Labels: spec.Labels, HostNetwork: spec.HostNetwork, Ports: spec.Ports}}
 	l.pods[spec.Name] = p // reserve the name
 	l.mu.Unlock()
+	if spec.External {
+		if err := l.createExternal(p); err != nil {
+			l.forget(spec.Name)
+			return cluster.Pod{}, fmt.Errorf("external client %s: %w", spec.Name, err)
+		}
+		p.readyAt = time.Now()
+		return p.Pod, nil
+	}
 	if spec.HostNetwork {
-		p.ns, p.IP = n.ns, n.ip.String()
+		p.ns, p.IP, p.readyAt = n.ns, n.ip.String(), time.Now()
 		return p.Pod, nil
 	}
 	if !l.dp.Attach.PodNetwork() {
@@ -316,6 +350,7 @@ func (l *Lab) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod,
 			l.forget(spec.Name)
 			return cluster.Pod{}, fmt.Errorf("silent pod %s on %s: %w", spec.Name, n.name, err)
 		}
+		p.readyAt = time.Now()
 		return p.Pod, nil
 	}
 	p.ns = l.cfg.Prefix + "-p-" + spec.Name
@@ -331,6 +366,13 @@ func (l *Lab) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod,
 		return cluster.Pod{}, fmt.Errorf("attach pod %s on %s: %w", spec.Name, n.name, err)
 	}
 	p.IP, p.attached = ip.String(), true
+	if spec.AnswerPort > 0 {
+		if p.answer, err = answerIn(p.ns, spec.AnswerPort); err != nil {
+			err = fmt.Errorf("pod %s: %w", spec.Name, err)
+			return cluster.Pod{}, errors.Join(err, l.deletePod(ctx, spec.Name))
+		}
+	}
+	p.readyAt = time.Now()
 	return p.Pod, nil
 }
 
@@ -340,14 +382,22 @@ func (l *Lab) forget(name string) {
 	l.mu.Unlock()
 }
 
-// DeletePod implements cluster.Cluster: stops the pod's processes, releases its address
-// through CNI DEL and removes its namespace.
+// DeletePod deletes one pod (DeletePods with one name).
 func (l *Lab) DeletePod(ctx context.Context, name string) error {
+	return cluster.DeletePod(ctx, l, name)
+}
+
+// deletePod stops the pod's processes, releases its address through CNI DEL and removes its
+// namespace.
+func (l *Lab) deletePod(ctx context.Context, name string) error {
 	p, err := l.pod(name)
 	if err != nil {
 		return err
 	}
 	l.stopProcs(p.Name)
+	if p.answer != nil {
+		_ = p.answer.Close()
+	}
 	if err := l.closeChain(p.Name); err != nil {
 		return err
 	}
@@ -360,6 +410,11 @@ func (l *Lab) DeletePod(ctx context.Context, name string) error {
 			return nil
 		}
 		return h.remove(net.ParseIP(p.IP))
+	}
+	if p.External {
+		err := l.deleteExternal(p)
+		l.forget(name)
+		return err
 	}
 	var errs []error
 	if p.attached {
@@ -392,6 +447,7 @@ func (l *Lab) Facts() cluster.Facts {
 func (l *Lab) Close(ctx context.Context) error {
 	l.stopProcs("")
 	l.closeHolders()
+	l.closeAnswers()
 	return errors.Join(l.closeChains(), Clean(l.cfg.Prefix))
 }
 
@@ -406,18 +462,23 @@ func (l *Lab) Pod(name string) (cluster.Pod, error) {
 
 // CreatePods implements cluster.Cluster: specs without a node go round-robin over the nodes;
 // pods are attached in parallel (CNI plugin runs are process-bound; two per CPU keeps both
-// CPUs busy). On an error the pods created so far are deleted.
+// CPUs busy). Then the Services whose selector picks one of them get them as endpoints, with
+// one programming of the Services for the call (see endpoints.go). On an error the pods
+// created so far are deleted.
 func (l *Lab) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
 	out := make([]cluster.Pod, len(specs))
 	err := cluster.Parallel(ctx, len(specs), 2*runtime.NumCPU(), func(i int) error {
 		spec := specs[i]
-		if spec.Node == "" {
+		if spec.Node == "" && !spec.External { // an external client is by the first node
 			spec.Node = l.nodes[i%len(l.nodes)].name
 		}
-		p, err := l.CreatePod(ctx, spec)
+		p, err := l.createPod(ctx, spec)
 		out[i] = p
 		return err
 	})
+	if err == nil {
+		err = l.followCreated(out)
+	}
 	if err != nil {
 		var made []string
 		for _, p := range out {
@@ -430,12 +491,14 @@ func (l *Lab) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluste
 	return out, nil
 }
 
-// DeletePods implements cluster.Cluster, in parallel.
+// DeletePods implements cluster.Cluster, in parallel. The pods' endpoints leave their Services
+// first, with one programming of the Services for the call, while the pods still serve (see
+// endpoints.go); then the pods go.
 func (l *Lab) DeletePods(ctx context.Context, names []string) error {
 	var mu sync.Mutex
-	var errs []error
+	errs := []error{l.followDeleted(names, time.Now())}
 	_ = cluster.Parallel(ctx, len(names), 2*runtime.NumCPU(), func(i int) error {
-		if err := l.DeletePod(ctx, names[i]); err != nil {
+		if err := l.deletePod(ctx, names[i]); err != nil {
 			mu.Lock()
 			errs = append(errs, err)
 			mu.Unlock()

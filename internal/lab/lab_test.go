@@ -53,7 +53,8 @@ func TestUpRejectsBadInputWithoutTouchingHost(t *testing.T) {
 	before := Namespaces("")
 	for _, cfg := range []Config{
 		{Prefix: "cnbt0bad", Dataplane: "nope"},
-		{Prefix: "cnbt0bad", Dataplane: "cilium"},
+		{Prefix: "cnbt0bad", Dataplane: "antrea"},                                    // not built
+		{Prefix: "cnbt0bad", Dataplane: "cilium", Proxy: "iptables", Policy: "ebpf"}, // parts that do not combine
 		{Prefix: "cnbt0bad", Dataplane: "flannel", MTU: 600},
 	} {
 		if _, err := Up(context.Background(), cfg); err == nil {

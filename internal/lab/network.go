@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -68,6 +69,9 @@ func (l *Lab) buildUnderlay() error {
 		if err := createNS(n.ns); err != nil {
 			return err
 		}
+		if err := makeCgroup(l.nodeCgroup(n)); err != nil {
+			return fmt.Errorf("node %s: cgroup: %w", n.name, err)
+		}
 		if err := l.plugNode(i, n); err != nil {
 			return fmt.Errorf("node %s: %w", n.name, err)
 		}
@@ -131,8 +135,14 @@ func (l *Lab) plugNode(i int, n *node) error {
 // view is what the data-plane engines see of a node.
 func (l *Lab) view(n *node) dataplane.Node {
 	return dataplane.Node{Index: n.index, Name: n.name, NS: n.ns, Path: nsPath(n.ns), IP: n.ip, PodCIDR: n.podCIDR, Blocks: n.blocks(),
+		BPFDir: filepath.Join(l.StateDir(), "bpf-"+n.name), ClusterCIDR: l.clusterCIDR(), Cgroup: l.nodeCgroup(n),
 		Netlink: func(fn func(h *netlink.Handle) error) error { return withHandle(n.ns, fn) },
 		Sysctl:  func(key, value string) error { return writeSysctl(n.ns, key, value) }}
+}
+
+func (l *Lab) clusterCIDR() *net.IPNet {
+	_, cc, _ := net.ParseCIDR(l.cfg.ClusterCIDR)
+	return cc
 }
 
 // views are the engines' views of every node, in node order.

@@ -88,7 +88,7 @@ func (l *Lab) programPolicies() error {
 	pods := make([]policy.Pod, 0, len(l.pods))
 	nodeOf := make([]string, 0, len(l.pods))
 	for _, p := range l.pods {
-		if p.HostNetwork || p.IP == "" {
+		if p.HostNetwork || p.External || p.IP == "" {
 			continue
 		}
 		pp := policy.Pod{Name: p.Name, Namespace: l.cfg.Prefix, IP: p.IP, Labels: p.Labels}
@@ -119,7 +119,7 @@ func (l *Lab) programPolicies() error {
 		t1 := time.Now()
 		r, cnt := l.dp.Policy.Render(prog)
 		t2 := time.Now()
-		err = l.dp.Policy.Apply(nsPath(n.ns), r)
+		err = l.dp.Policy.Apply(l.view(n), r)
 		l.addTimes(&compileMS, &renderMS, t1.Sub(t0), t2.Sub(t1))
 		if err != nil {
 			return fmt.Errorf("program policies in %s: %w", n.name, err)

@@ -13,23 +13,29 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/lab/bpfdp"
 )
 
 // TestNetworkPoliciesEnforced goes from NetworkPolicy objects to packets: policies are
 // created through the cluster seam (compiled per node, rendered by the engine, applied in
 // every node) and real connections pass or are dropped as Kubernetes says, ingress and
 // egress, intra and inter node, to real pods and to a silent pod, for each engine on a routed
-// and a bridged data plane. Deleting the policies opens everything again.
+// and a bridged data plane (the eBPF engine with the eBPF proxy, as it requires, and on the
+// cilium preset, whose pod forwarding redirects past the node's IP stack). Deleting the
+// policies opens everything again.
 func TestNetworkPoliciesEnforced(t *testing.T) {
 	for _, dp := range []string{"calico", "flannel"} {
 		for _, engine := range []string{"iptables", "nftables"} {
-			t.Run(dp+"/"+engine, func(t *testing.T) { testPolicies(t, dp, engine) })
+			t.Run(dp+"/"+engine, func(t *testing.T) { testPolicies(t, Config{Dataplane: dp, Policy: engine}) })
 		}
+	}
+	for _, dp := range []string{"calico", "flannel", "cilium"} {
+		t.Run(dp+"/ebpf", func(t *testing.T) { testPolicies(t, Config{Dataplane: dp, Policy: "ebpf", Proxy: "ebpf"}) })
 	}
 }
 
-func testPolicies(t *testing.T, dp, engine string) {
-	l := upLab(t, Config{Dataplane: dp, Policy: engine})
+func testPolicies(t *testing.T, cfg Config) {
+	l := upLab(t, cfg)
 	ctx := context.Background()
 	role := func(r string) map[string]string { return map[string]string{"role": r} }
 	port := []cluster.ContainerPort{{Name: "web", Port: 8080, Protocol: "tcp"}}
@@ -110,6 +116,19 @@ func testPolicies(t *testing.T, dp, engine string) {
 		t.Errorf("programmed figures %v", p)
 	}
 	check("with policies", func(i int) bool { return flows[i].allowed })
+	if cfg.Policy == "ebpf" { // the eBPF engine decided, not netfilter
+		var denied, admitted uint64
+		for _, n := range l.nodes {
+			s, err := bpfdp.Node{NS: n.ns, Dir: filepath.Join(l.StateDir(), "bpf-"+n.name)}.PolicyStats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			denied, admitted = denied+s.Denied, admitted+s.Admitted
+		}
+		if denied == 0 || admitted == 0 {
+			t.Errorf("the eBPF engine's counters: %d denied, %d admitted; want both > 0", denied, admitted)
+		}
+	}
 	if err := l.DeleteNetworkPolicies(ctx, []string{"b-in", "c-out", "e-in"}); err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func (l *Lab) Exec(ctx context.Context, podName string, argv []string) (cluster.
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = procs.Attr()
 	cmd.Cancel = func() error { return procs.Kill(cmd.Process.Pid) }
-	if err := startInNS(p.ns, cmd); err != nil {
+	if err := l.startProc(p, cmd); err != nil {
 		return cluster.ExecResult{}, fmt.Errorf("start %s in pod %s: %w", argv[0], podName, err)
 	}
 	err = cmd.Wait()
@@ -94,7 +94,7 @@ func (l *Lab) Start(ctx context.Context, podName string, argv []string, ready cl
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own process group so Stop reaches children; die with cnibench if it is killed.
 	cmd.SysProcAttr = procs.Attr()
-	if err := startInNS(p.ns, cmd); err != nil {
+	if err := l.startProc(p, cmd); err != nil {
 		return nil, fmt.Errorf("start %s in pod %s: %w", argv[0], podName, err)
 	}
 	pr := &proc{lab: l, pod: podName, cmd: cmd, out: out, done: make(chan struct{})}

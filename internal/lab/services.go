@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -15,7 +16,64 @@ import (
 // serviceBase is the /16 the lab's ClusterIPs come from (they exist only in the rules).
 const serviceBase = "10.96"
 
-// service is a lab Service: its spec, ClusterIP and the endpoint pod IPs it was given.
+// The NodePort range, Kubernetes' default (--service-node-port-range).
+const (
+	nodePortMin = 30000
+	nodePortMax = 32767
+)
+
+// allocNodePorts gives every port of a NodePort Service its NodePort (caller holds mu), as
+// Kubernetes does: the one asked for when it is in range and no other Service has it, else,
+// for a port whose number another port of the Service (another protocol) already has a
+// NodePort for, that one, else the lowest free one. It returns the ports and the NodePorts it
+// took; asking for a NodePort another Service has is an error wrapping
+// cluster.ErrNodePortTaken.
+func (l *Lab) allocNodePorts(spec cluster.ServiceSpec) ([]cluster.ServicePort, []int, error) {
+	ports := append([]cluster.ServicePort(nil), spec.Ports...)
+	if !spec.NodePort {
+		for i := range ports {
+			ports[i].NodePort = 0
+		}
+		return ports, nil, nil
+	}
+	var taken []int
+	mine := map[int]bool{}  // NodePorts this Service holds
+	byPort := map[int]int{} // Service port number -> its NodePort
+	fail := func(err error) ([]cluster.ServicePort, []int, error) {
+		for _, n := range taken {
+			delete(l.nodePorts, n)
+		}
+		return nil, nil, fmt.Errorf("service %s: %w", spec.Name, err)
+	}
+	for i := range ports {
+		n := ports[i].NodePort
+		switch {
+		case n != 0 && (n < nodePortMin || n > nodePortMax):
+			return fail(fmt.Errorf("nodePort %d is outside %d-%d", n, nodePortMin, nodePortMax))
+		case n != 0 && l.nodePorts[n] && !mine[n]:
+			return fail(fmt.Errorf("nodePort %d: %w", n, cluster.ErrNodePortTaken))
+		case n == 0 && byPort[ports[i].Port] != 0:
+			n = byPort[ports[i].Port]
+		case n == 0:
+			for n = nodePortMin; n <= nodePortMax && l.nodePorts[n]; n++ {
+			}
+			if n > nodePortMax {
+				return fail(fmt.Errorf("no free nodePort in %d-%d", nodePortMin, nodePortMax))
+			}
+		}
+		if !mine[n] {
+			mine[n] = true
+			l.nodePorts[n] = true
+			taken = append(taken, n)
+		}
+		byPort[ports[i].Port] = n
+		ports[i].NodePort = n
+	}
+	return ports, taken, nil
+}
+
+// service is a lab Service: its spec, ClusterIP and its endpoints, the addresses of the pods
+// its selector picks (sorted; kept up to date by endpoint following, endpoints.go).
 type service struct {
 	spec cluster.ServiceSpec
 	n    int // offset of ip in the service range
@@ -42,16 +100,25 @@ func (l *Lab) allocClusterIP() (int, bool) {
 
 // CreateServices implements cluster.Cluster: the Services are programmed in every node the
 // way the lab's proxy does it, with one rendering and one apply per node, and are ready when it
-// returns. Endpoints are the pods matching each selector now.
+// returns. Endpoints are the pods matching each selector now; pods created or deleted later
+// join or leave them (endpoint following, endpoints.go).
 func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) ([]cluster.Service, error) {
 	if err := l.proxyUsable(); err != nil {
 		return nil, err
 	}
+	for _, spec := range specs {
+		if spec.NodePort {
+			if err := l.NodePorts(); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
 	l.mu.Lock()
 	byLabel := map[string][]*pod{} // "key=value" -> pods, to resolve 10,000 selectors quickly
 	for _, p := range l.pods {
-		if p.HostNetwork || p.IP == "" {
-			continue
+		if p.HostNetwork || p.External || p.IP == "" {
+			continue // never endpoints
 		}
 		for k, v := range p.Labels {
 			byLabel[k+"="+v] = append(byLabel[k+"="+v], p)
@@ -74,11 +141,18 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 			err = fmt.Errorf("service %s: the lab's service range %s.0.0/16 is full (%d Services)", spec.Name, serviceBase, len(l.services))
 			break
 		}
+		ports, _, perr := l.allocNodePorts(spec)
+		if perr != nil {
+			l.svcFree = append(l.svcFree, n)
+			err = perr
+			break
+		}
+		spec.Ports = ports
 		s := &service{spec: spec, n: n, ip: fmt.Sprintf("%s.%d.%d", serviceBase, n/256, n%256)}
 		s.eps = selectIPs(byLabel, spec.Selector)
 		l.services[spec.Name] = s
 		added = append(added, spec.Name)
-		out[i] = cluster.Service{Name: spec.Name, ClusterIP: s.ip, Ports: spec.Ports, Endpoints: s.eps}
+		out[i] = cluster.Service{Name: spec.Name, ClusterIP: s.ip, Ports: ports, Endpoints: s.eps}
 	}
 	l.mu.Unlock()
 	if err == nil {
@@ -87,8 +161,7 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 	if err != nil {
 		l.mu.Lock()
 		for _, n := range added {
-			l.svcFree = append(l.svcFree, l.services[n].n)
-			delete(l.services, n)
+			l.forgetService(n)
 		}
 		l.mu.Unlock()
 		if len(added) > 0 {
@@ -97,6 +170,21 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 		return nil, err
 	}
 	return out, nil
+}
+
+// forgetService removes a Service and frees its ClusterIP and NodePorts (caller holds mu);
+// false when there is no such Service.
+func (l *Lab) forgetService(name string) bool {
+	s, ok := l.services[name]
+	if !ok {
+		return false
+	}
+	l.svcFree = append(l.svcFree, s.n)
+	for _, p := range s.spec.Ports {
+		delete(l.nodePorts, p.NodePort)
+	}
+	delete(l.services, name)
+	return true
 }
 
 // selectIPs returns the sorted addresses of the pods whose labels include the selector.
@@ -125,9 +213,7 @@ func (l *Lab) DeleteServices(ctx context.Context, names []string) error {
 	l.mu.Lock()
 	gone := 0
 	for _, n := range names {
-		if s, ok := l.services[n]; ok {
-			l.svcFree = append(l.svcFree, s.n)
-			delete(l.services, n)
+		if l.forgetService(n) {
 			gone++
 		}
 	}
@@ -146,12 +232,24 @@ func (l *Lab) proxyUsable() error {
 	return nil
 }
 
-// programServices renders every Service of the lab and applies it in every node: one
-// iptables-restore (chains of Services gone since the last time are removed) or one nft
-// transaction per node. It records what was installed and how long it took.
+// programServices renders the lab's Services for every node and applies each rendering in
+// its node: one iptables-restore (chains of Services gone since the last time are removed) or
+// one nft transaction per node. A rendering is per node: NodePorts are served on the node's
+// address, and externalTrafficPolicy Local sends them only to the node's own endpoints. It
+// records what node0 holds and how long it all took, and tells the endpoint tracks when each
+// node holds their Service's endpoints. Programmings follow one another.
 func (l *Lab) programServices() error {
+	l.svcProg.Lock()
+	defer l.svcProg.Unlock()
 	start := time.Now()
 	l.mu.Lock()
+	tracked := l.trackedEndpoints()
+	nodeOf := make(map[string]string, len(l.pods))
+	for _, p := range l.pods {
+		if p.IP != "" && !p.HostNetwork {
+			nodeOf[p.IP] = p.Node
+		}
+	}
 	var svcs []proxy.Service
 	for _, s := range l.services {
 		for _, p := range s.spec.Ports {
@@ -159,49 +257,74 @@ func (l *Lab) programServices() error {
 			if target == 0 {
 				target = p.Port
 			}
-			ps := proxy.Service{Namespace: l.cfg.Prefix, Name: s.spec.Name, PortName: p.Name, ClusterIP: s.ip, Port: p.Port, Protocol: strings.ToLower(p.Protocol)}
+			ps := proxy.Service{Namespace: l.cfg.Prefix, Name: s.spec.Name, PortName: p.Name, ClusterIP: s.ip, Port: p.Port,
+				Protocol: strings.ToLower(p.Protocol), NodePort: p.NodePort, ExternalLocal: s.spec.NodePort && s.spec.ExternalLocal}
 			for _, ip := range s.eps {
-				ps.Endpoints = append(ps.Endpoints, proxy.Endpoint{IP: ip, Port: target})
+				ps.Endpoints = append(ps.Endpoints, proxy.Endpoint{IP: ip, Port: target, Node: nodeOf[ip]})
 			}
 			svcs = append(svcs, ps)
 		}
 	}
-	stale := l.svcChains // what RenderIPTables declares again is not stale
+	stale := l.svcChains // what a rendering declares again is not stale
 	l.mu.Unlock()
-	opt := proxy.Options{ClusterCIDR: l.cfg.ClusterCIDR, ServiceCIDR: serviceBase + ".0.0/16", Stale: stale}
-	input, cnt := l.dp.Proxy.Render(svcs, opt)
-	rendered := time.Since(start)
 	if err := l.filtered(); err != nil {
 		return err
 	}
+	counts := make([]proxy.Counts, len(l.nodes))
+	var renderMS float64
+	var mu sync.Mutex
 	err := cluster.Parallel(context.Background(), len(l.nodes), len(l.nodes), func(i int) error {
 		n := l.nodes[i]
-		if err := l.dp.Proxy.Apply(nsPath(n.ns), input); err != nil {
+		t0 := time.Now()
+		opt := proxy.Options{ClusterCIDR: l.cfg.ClusterCIDR, ServiceCIDR: serviceBase + ".0.0/16", Stale: stale,
+			NodeName: n.name, NodeIPs: []string{n.ip.String()}}
+		input, cnt := l.dp.Proxy.Render(svcs, opt)
+		mu.Lock()
+		renderMS = max(renderMS, float64(time.Since(t0).Microseconds())/1000)
+		counts[i] = cnt
+		mu.Unlock()
+		if err := l.dp.Proxy.Apply(l.view(n), input); err != nil {
 			return fmt.Errorf("program Services in %s: %w", n.name, err)
+		}
+		at := time.Now()
+		for tr, eps := range tracked {
+			tr.programmed(n.name, eps, at)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
+	var names []string // every node's chains: the stale ones of the next rendering
+	seen := map[string]bool{}
+	for _, c := range counts {
+		for _, n := range c.Names {
+			if !seen[n] {
+				seen[n] = true
+				names = append(names, n)
+			}
+		}
+	}
 	l.mu.Lock()
-	l.svcChains = cnt.Names // a rendering that replaces its state whole names none
+	l.svcChains = names // a rendering that replaces its state whole names none
 	l.mu.Unlock()
+	cnt := counts[0]
 	l.record(map[string]float64{
 		"proxy_services_count": float64(cnt.Services), "proxy_endpoints_count": float64(cnt.Endpoints),
 		"proxy_chains_count": float64(cnt.Chains), "proxy_rules_count": float64(cnt.Rules),
-		"proxy_render_ms":  float64(rendered.Microseconds()) / 1000,
+		"proxy_render_ms":  renderMS,
 		"proxy_program_ms": float64(time.Since(start).Microseconds()) / 1000,
 	})
 	return nil
 }
 
-// filtered readies every node, once, for Services and policies that filter pod traffic (the
-// attach kind knows what that takes: bridged traffic must pass the IP hooks).
+// filtered readies every node, once, for Services and policies that filter pod traffic in the
+// node's IP stack (the attach kind knows what that takes: bridged traffic must pass the IP
+// hooks, redirected traffic must not skip them).
 func (l *Lab) filtered() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.filtering {
+	if l.filtering || !l.dp.StackFiltered() {
 		return nil
 	}
 	for _, n := range l.nodes {

@@ -9,7 +9,8 @@ import (
 // Expand validates the groups (Validate with each group's own Source; each case passes its
 // scenario's Check) and returns their
 // cases in order: groups in file order, then dataplane > placement > protocol > services >
-// policies > pods > replicas > proxy > policy > nf > chain-length > rules > copy. Dataplane x placement combinations the
+// policies > pods > replicas > proxy > policy > nf > chain-length > rules >
+// external-traffic-policy > copy. Dataplane x placement combinations the
 // scenario's Valid rejects are dropped. The underlay MTU and node count are case labels (in
 // the id when not the defaults), so a plan can sweep them; copies (default 1) plans each case
 // that many times, the later copies with "/copy=N" in the id. A case whose ID an earlier case
@@ -56,7 +57,10 @@ func Expand(groups []Group, cat Catalog, backend string, d Defaults) ([]CaseSpec
 			if info.Valid != nil && !info.Valid(cs.Dataplane, cs.Placement) {
 				continue
 			}
-			if cat.Tools != nil {
+			switch {
+			case info.Tool != "":
+				cs.Tool = info.Tool
+			case cat.Tools != nil:
 				cs.Tool = cat.Tools(cs.Protocol)
 			}
 			cs.MTU, cs.Nodes = mtu, nodes
@@ -97,6 +101,7 @@ func (res resolved) cases(scen, backend string, copies int) []result.Case {
 	cs = along(cs, res.nfs, func(c *result.Case, v string) { c.NF = v })
 	cs = along(cs, res.lengths, func(c *result.Case, v int) { c.ChainLength = v })
 	cs = along(cs, res.rules, func(c *result.Case, v int) { c.Rules = v })
+	cs = along(cs, res.etps, func(c *result.Case, v string) { c.ExternalTrafficPolicy = v })
 	if copies > 1 {
 		var nums []int
 		for n := 1; n <= copies; n++ {

@@ -38,11 +38,16 @@ import (
 var Keys = []string{
 	"scenario", "dataplane", "placement", "protocol",
 	"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules",
+	"external-traffic-policy",
 	"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies",
 }
 
 // Placements are the placements a scenario allows when its scenario.Info.Placements is nil.
 var Placements = []string{"intra", "inter"}
+
+// ExternalTrafficPolicies are the values of key external-traffic-policy: a NodePort Service's
+// externalTrafficPolicy, Kubernetes' Cluster and Local in lower case.
+var ExternalTrafficPolicies = []string{"cluster", "local"}
 
 // Catalog describes what this build and host can run.
 type Catalog struct {
@@ -81,6 +86,10 @@ type Group struct {
 	MTU         *int     `yaml:"mtu,omitempty"` // underlay MTU
 	Nodes       *int     `yaml:"nodes,omitempty"`
 	Copies      *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
+
+	// ExternalTrafficPolicy sweeps the externalTrafficPolicy of a NodePort Service reached from
+	// outside the cluster (n2s): cluster, local.
+	ExternalTrafficPolicy []string `yaml:"external-traffic-policy,omitempty,flow"`
 
 	// Source is where the group came from (the plan file path, or "flags"); Validate and
 	// Expand name it in errors. Load and FromFlags set it.
@@ -185,6 +194,7 @@ func (g Group) clone() Group {
 	c.NF = slices.Clone(g.NF)
 	c.ChainLength = slices.Clone(g.ChainLength)
 	c.Rules = slices.Clone(g.Rules)
+	c.ExternalTrafficPolicy = slices.Clone(g.ExternalTrafficPolicy)
 	c.Repeat = ptrClone(g.Repeat)
 	c.Duration = ptrClone(g.Duration)
 	c.Warmup = ptrClone(g.Warmup)
@@ -216,6 +226,8 @@ func (g *Group) strList(k string) *[]string {
 		return &g.Policy
 	case "nf":
 		return &g.NF
+	case "external-traffic-policy":
+		return &g.ExternalTrafficPolicy
 	}
 	return nil
 }

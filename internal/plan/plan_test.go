@@ -44,7 +44,7 @@ func testCatalog() Catalog {
 	}
 }
 
-const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, repeat, duration, warmup, cpus, mtu, nodes, copies"
+const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, repeat, duration, warmup, cpus, mtu, nodes, copies"
 
 func mustParse(t *testing.T, text string) []Group {
 	t.Helper()
@@ -232,7 +232,7 @@ func TestValidateErrors(t *testing.T) {
 
 func TestValidateUnusedParam(t *testing.T) {
 	err := Validate(mustParse(t, "- scenario: baseline\n  services: [5]\n"), testCatalog(), "plans/x.yaml")
-	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules it uses none of them): remove it"
+	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy it uses none of them): remove it"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
@@ -809,6 +809,47 @@ func TestExpandChainKeys(t *testing.T) {
 		"- scenario: chain\n  chain-length: [0]\n":     "plans/x.yaml: [0].chain-length[0]: 0 out of range (1..32)",
 		"- scenario: chain\n  rules: [100001]\n":       "plans/x.yaml: [0].rules[0]: 100001 out of range (1..100000)",
 		"- scenario: baseline\n  nf: route-iptables\n": "plans/x.yaml: [0].nf: scenario baseline does not use nf",
+	} {
+		_, err := Expand(mustParse(t, plan), cat, "lab", BuiltinDefaults())
+		if err == nil || !strings.HasPrefix(err.Error(), msg) {
+			t.Errorf("%q: got %v, want %s", plan, err, msg)
+		}
+	}
+}
+
+// external-traffic-policy: values checked, the scenario's default (both) when unset, crossed
+// after the scale keys, in the ids; from the flags too; other scenarios do not take it.
+func TestExpandExternalTrafficPolicy(t *testing.T) {
+	cat := testCatalog()
+	cat.Scenarios["n2s"] = scenario.Info{
+		Placements: []string{"intra", "inter"}, Protocols: testProtocols, DefaultProtocols: []string{"tcp"},
+		DefaultDataplanes: []string{"calico"}, Params: []string{"proxy", "external-traffic-policy"},
+		DefaultStrs: map[string][]string{"external-traffic-policy": {"cluster", "local"}},
+	}
+	specs, err := Expand(mustParse(t, "- scenario: n2s\n  placement: inter\n- scenario: n2s\n  placement: intra\n  external-traffic-policy: local\n  proxy: [iptables, nftables]\n"), cat, "lab", BuiltinDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"n2s/calico/inter/tcp/etp=cluster", "n2s/calico/inter/tcp/etp=local",
+		"n2s/calico/intra/tcp/etp=local/proxy=iptables", "n2s/calico/intra/tcp/etp=local/proxy=nftables",
+	}
+	if got := ids(specs); !reflect.DeepEqual(got, want) {
+		t.Errorf("ids\n got %v\nwant %v", got, want)
+	}
+	if c := specs[1].Case; c.ExternalTrafficPolicy != "local" || c.Variant() != "calico" {
+		t.Errorf("labels %+v variant %q", c, c.Variant())
+	}
+	g, err := FromFlags(map[string]string{"scenario": "n2s", "external-traffic-policy": "cluster"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if specs, err := Expand(Merge(nil, g), cat, "lab", BuiltinDefaults()); err != nil || len(specs) != 2 || specs[0].Case.ExternalTrafficPolicy != "cluster" {
+		t.Errorf("from flags: %v %v", ids(specs), err)
+	}
+	for plan, msg := range map[string]string{
+		"- scenario: n2s\n  external-traffic-policy: [Local]\n": `plans/x.yaml: [0].external-traffic-policy[0]: unknown external-traffic-policy "Local" (valid: cluster, local)`,
+		"- scenario: p2p\n  external-traffic-policy: local\n":   "plans/x.yaml: [0].external-traffic-policy: scenario p2p does not use external-traffic-policy",
 	} {
 		_, err := Expand(mustParse(t, plan), cat, "lab", BuiltinDefaults())
 		if err == nil || !strings.HasPrefix(err.Error(), msg) {

@@ -10,7 +10,7 @@ import (
 )
 
 // paramKeys are the keys a scenario uses only when its Info.Params name them.
-var paramKeys = []string{"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules"}
+var paramKeys = []string{"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules", "external-traffic-policy"}
 
 // bounds is the inclusive range of an integer key.
 type bounds struct{ lo, hi int }
@@ -115,6 +115,7 @@ func allowedPlacements(info scenario.Info) []string {
 type resolved struct {
 	dataplanes, placements, protocols, proxies, policyNames, nfs []string
 	services, policies, pods, replicas, lengths, rules           []int
+	etps                                                         []string // externalTrafficPolicy
 }
 
 func orStr(v, def []string) []string {
@@ -153,6 +154,7 @@ func resolveGroup(g *Group, info scenario.Info, cat Catalog) resolved {
 		nfs:         orStr(g.NF, orStr(info.DefaultNFs, []string{""})),
 		lengths:     orInt(g.ChainLength, orInt(info.DefaultInts["chain-length"], []int{0})),
 		rules:       orInt(g.Rules, orInt(info.DefaultInts["rules"], []int{0})),
+		etps:        orStr(g.ExternalTrafficPolicy, orStr(info.DefaultStrs["external-traffic-policy"], []string{""})),
 	}
 }
 
@@ -216,12 +218,12 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Free-form string lists.
-	for _, key := range []string{"proxy", "policy", "nf"} {
+	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy"} {
 		vals := *g.strList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
 		}
-		allowed := map[string][]string{"proxy": cat.Proxies, "policy": cat.Policies, "nf": cat.NFs}[key]
+		allowed := map[string][]string{"proxy": cat.Proxies, "policy": cat.Policies, "nf": cat.NFs, "external-traffic-policy": ExternalTrafficPolicies}[key]
 		for i, v := range vals {
 			if v == "" {
 				return c.fail(key, i, "empty value")

@@ -90,6 +90,9 @@ func TestCompareKey(t *testing.T) {
 		{result.Case{Scenario: "p2p", Dataplane: "flannel", Placement: "inter", Protocol: "tcp", MTU: 9000}, "p2p/inter/tcp/mtu=9000"},
 		{result.Case{Scenario: "p2p", Dataplane: "flannel", Placement: "inter", Protocol: "tcp", MTU: 1500, Nodes: 3}, "p2p/inter/tcp/nodes=3"},
 		{result.Case{Scenario: "p2p", Dataplane: "flannel", Placement: "inter", Protocol: "tcp", MTU: 1500, Nodes: 2}, "p2p/inter/tcp"},
+		// externalTrafficPolicy is what is measured, not a variant: Local never lines up with
+		// Cluster.
+		{result.Case{Scenario: "n2s", Dataplane: "calico", Placement: "intra", Protocol: "crr", ExternalTrafficPolicy: "local"}, "n2s/intra/crr/etp=local"},
 	} {
 		if got := tc.c.CompareKey(); got != tc.want {
 			t.Errorf("%s: CompareKey %q, want %q", tc.c.MakeID(), got, tc.want)

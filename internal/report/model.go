@@ -82,9 +82,10 @@ func headline(r result.CaseResult) (string, result.MetricSummary, bool) {
 	return pm, m, ok && m.N > 0
 }
 
-// scaleLabel is the case's set scale dimensions ("svc=100 rep=10"), "" when none is set.
+// scaleLabel is the case's modes and set scale dimensions ("etp=local", "svc=100 rep=10"), ""
+// when it has none.
 func scaleLabel(c result.Case, skip string) string {
-	var parts []string
+	parts := c.Modes()
 	for _, d := range c.Dims() {
 		if d.Set && d.Name != skip {
 			parts = append(parts, fmt.Sprintf("%s=%d", d.Key, d.Value))

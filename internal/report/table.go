@@ -315,6 +315,11 @@ func detail(r result.CaseResult) string {
 	if p50, ok := r.Metrics["latency_p50_us"]; ok {
 		d = fmt.Sprintf("p50 %.0f / p99 %.0f us", p50.TrimmedMean, r.Metrics["latency_p99_us"].TrimmedMean)
 	}
+	if up, ok := r.Metrics["reaction_up_control_ms"]; ok {
+		d = fmt.Sprintf("up: control %.2f + data %.2f ms; down %.2f ms: control %.2f + data %.2f ms; probe every %.2f ms",
+			up.TrimmedMean, r.Metrics["reaction_up_data_ms"].TrimmedMean, r.Metrics["reaction_down_ms"].TrimmedMean,
+			r.Metrics["reaction_down_control_ms"].TrimmedMean, r.Metrics["reaction_down_data_ms"].TrimmedMean, r.Metrics["probe_interval_ms"].TrimmedMean)
+	}
 	if p50, ok := r.Metrics["ttfb_p50_ms"]; ok {
 		d = fmt.Sprintf("TTFB p50 %.2f / p99 %.2f ms, %.2f Gbit/s, %.0f replicas served", p50.TrimmedMean,
 			r.Metrics["ttfb_p99_ms"].TrimmedMean, r.Metrics["transfer_bps"].TrimmedMean/1e9, r.Metrics["replicas_served"].Min)

@@ -170,13 +170,17 @@ func conditionInt(t Trial, key string) (int, bool) {
 }
 
 // caseLabels are a case's labels as name/value pairs, in the order of DESIGN.md's case
-// labels; scale dimensions beyond the four counts (mtu, nodes, copy) only when set.
+// labels; external_traffic_policy and scale dimensions beyond the four counts (mtu, nodes,
+// copy) only when set.
 func caseLabels(c Case) [][2]string {
 	l := [][2]string{
 		{"case", c.Key()}, {"scenario", c.Scenario}, {"backend", c.Backend},
 		{"dataplane", c.Dataplane}, {"attach", c.Attach}, {"overlay", c.Overlay},
 		{"proxy", c.Proxy}, {"policy", c.Policy}, {"placement", c.Placement},
 		{"protocol", c.Protocol}, {"tool", c.Tool},
+	}
+	if c.ExternalTrafficPolicy != "" {
+		l = append(l, [2]string{"external_traffic_policy", c.ExternalTrafficPolicy})
 	}
 	for _, d := range c.Dims() {
 		switch d.Name {

@@ -42,11 +42,13 @@ var NetperfCSVColumns = []string{
 // CaseCSVColumns are the columns that follow k8s-netperf's in the csv export: the case labels
 // of DESIGN.md, the case's status and reason, and "metric", the cnibench metric behind "Avg
 // Throughput", the confidence interval and "# of Samples" (the case's headline metric, except
-// for HTTP, whose headline is a time to first byte: there it is the request rate).
+// for HTTP, whose headline is a time to first byte: there it is the request rate); then labels
+// added since, at the end so that earlier columns keep their places ("external_traffic_policy":
+// empty but for n2s).
 var CaseCSVColumns = []string{
 	"case", "scenario", "backend", "dataplane", "attach", "overlay", "proxy", "policy",
 	"placement", "protocol", "services", "policies", "pods", "replicas", "status", "reason",
-	"metric",
+	"metric", "external_traffic_policy",
 }
 
 // NetperfCSVHeader is the header of the csv export.
@@ -115,10 +117,10 @@ func p99Latency(r CaseResult) (float64, bool) {
 // hostNetwork tells whether a case measures the host network: the node-to-node baseline.
 func hostNetwork(c Case) bool { return c.Scenario == "baseline" && c.Dataplane == "node2node" }
 
-// throughService tells whether a case's client talks to a Service: the p2s scenarios (the
-// only ones that take Services).
+// throughService tells whether a case's client talks to a Service: the p2s scenarios and n2s
+// (through a NodePort), and any case that takes Services.
 func throughService(c Case) bool {
-	return strings.HasPrefix(c.Scenario, "p2s") || c.Services > 0
+	return strings.HasPrefix(c.Scenario, "p2s") || c.Scenario == "n2s" || c.Services > 0
 }
 
 // WriteNetperfCSV writes the csv export: k8s-netperf's result columns, then the case labels
@@ -183,7 +185,7 @@ func WriteNetperfCSV(w io.Writer, r Run) error {
 		row = append(row,
 			id, c.Scenario, c.Backend, c.Dataplane, c.Attach, c.Overlay, c.Proxy, c.Policy,
 			c.Placement, c.Protocol, strconv.Itoa(c.Services), strconv.Itoa(c.Policies),
-			strconv.Itoa(c.Pods), strconv.Itoa(c.Replicas), res.Status, res.Reason, p.metric)
+			strconv.Itoa(c.Pods), strconv.Itoa(c.Replicas), res.Status, res.Reason, p.metric, c.ExternalTrafficPolicy)
 		if err := cw.Write(row); err != nil {
 			return err
 		}

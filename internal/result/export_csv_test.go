@@ -27,7 +27,7 @@ var netperfHeader = []string{
 var ownHeader = []string{
 	"case", "scenario", "backend", "dataplane", "attach", "overlay", "proxy", "policy",
 	"placement", "protocol", "services", "policies", "pods", "replicas", "status", "reason",
-	"metric",
+	"metric", "external_traffic_policy",
 }
 
 // readCSV parses an export and returns its rows as maps by column name, checking the header.
@@ -110,6 +110,7 @@ func TestExportCSV(t *testing.T) {
 			"overlay": c.Overlay, "proxy": c.Proxy, "policy": c.Policy, "placement": c.Placement,
 			"protocol": c.Protocol, "services": strconv.Itoa(c.Services), "policies": "0", "pods": "0",
 			"replicas": strconv.Itoa(c.Replicas), "status": w.status, "reason": res.Reason, "metric": w.metric,
+			"external_traffic_policy": c.ExternalTrafficPolicy,
 		} {
 			if row[col] != v {
 				t.Errorf("%s: %q = %q, want %q", c.ID, col, row[col], v)

@@ -31,6 +31,9 @@ type Case struct {
 	NF          string `json:"nf,omitempty"`
 	ChainLength int    `json:"chain_length,omitempty"`
 	Rules       int    `json:"rules,omitempty"`
+	// ExternalTrafficPolicy is a NodePort Service's externalTrafficPolicy ("cluster" or
+	// "local") in scenarios that reach one from outside the cluster (n2s); "" elsewhere.
+	ExternalTrafficPolicy string `json:"external_traffic_policy,omitempty"`
 	// MTU and Nodes are the lab's underlay MTU and node count (0 where the backend does not set
 	// them: a real cluster has its own); they are in the id only when a plan sweeps them.
 	MTU   int `json:"mtu,omitempty"`
@@ -47,16 +50,28 @@ const (
 	DefaultNodes = 2
 )
 
-// MakeID builds the case id "scenario/dataplane/placement/protocol", with scale suffixes
-// (e.g. "/svc=100") only when a scale dimension is set, so ids stay stable across backends;
-// then "/mtu=N" and "/nodes=N" when they are set and not the defaults, and "/copy=N" for
-// the second and later copies of a case.
+// MakeID builds the case id "scenario/dataplane/placement/protocol", then a chain's
+// "/nf=KIND" and the case's modes ("/etp=local", see Modes), with scale suffixes (e.g.
+// "/svc=100") only when a scale dimension is set, so ids stay stable across backends; then
+// "/mtu=N" and "/nodes=N" when they are set and not the defaults, and "/copy=N" for the
+// second and later copies of a case.
 func (c Case) MakeID() string {
 	parts := []string{c.Scenario, c.Dataplane, c.Placement, c.Protocol}
 	if c.NF != "" {
 		parts = append(parts, "nf="+c.NF)
 	}
-	return c.joinID(parts...)
+	return c.joinID(append(parts, c.Modes()...)...)
+}
+
+// Modes are the case's labels that are words, not numbers, and say what is measured rather
+// than what it runs on (a variant: dataplane, proxy, policy, nf): the externalTrafficPolicy
+// of a NodePort Service ("etp=local"). They are in the id, in CompareKey and, in reports,
+// beside the scale dimensions. Empty for most cases.
+func (c Case) Modes() []string {
+	if c.ExternalTrafficPolicy == "" {
+		return nil
+	}
+	return []string{"etp=" + c.ExternalTrafficPolicy}
 }
 
 // Key is the case's id, or the id it would have (a case written without one).
@@ -75,7 +90,7 @@ func (c Case) CompareKey() string {
 	if c.Scenario == "baseline" {
 		return c.MakeID()
 	}
-	return c.joinID(c.Scenario, c.Placement, c.Protocol)
+	return c.joinID(append([]string{c.Scenario, c.Placement, c.Protocol}, c.Modes()...)...)
 }
 
 // joinID joins the leading parts of an id and the scale suffixes of the case's set scale
@@ -164,9 +179,13 @@ func (c Case) Variant() string {
 }
 
 // Primary is the metric a case is judged by: received throughput for streams, the
-// transaction rate for request/response and connect/request/response, and for HTTP the
-// seed's time to first byte (mean of the central 4 of 6 fetches; lower is better).
+// transaction rate for request/response and connect/request/response, for HTTP the seed's
+// time to first byte (mean of the central 4 of 6 fetches; lower is better), and for the
+// reaction scenario the time until traffic reaches a new endpoint (lower is better).
 func (c Case) Primary() string {
+	if c.Scenario == "reaction" { // how fast the data plane follows a new endpoint
+		return "reaction_up_ms"
+	}
 	switch c.Protocol {
 	case "tcp", "udp":
 		return "throughput_bps"
@@ -178,9 +197,9 @@ func (c Case) Primary() string {
 
 // BaselineID names the baseline case a pod result is compared with: the bare veth pair for
 // intra-node cases, node to node over the underlay for inter-node cases, same protocol and
-// lab shape (MTU, nodes). "" for baselines.
+// lab shape (MTU, nodes). "" for baselines and reaction times.
 func (c Case) BaselineID() string {
-	if c.Scenario == "baseline" {
+	if c.Scenario == "baseline" || c.Scenario == "reaction" { // a reaction time has no baseline
 		return ""
 	}
 	b := Case{Scenario: "baseline", Dataplane: "bare", Placement: "intra", Protocol: c.Protocol, MTU: c.MTU, Nodes: c.Nodes}

@@ -159,6 +159,10 @@ func headline(m map[string]float64) string {
 	if v, ok := m["latency_p99_us"]; ok {
 		parts = append(parts, fmt.Sprintf("p99 %.0f us", v))
 	}
+	if v, ok := m["reaction_up_ms"]; ok {
+		parts = append(parts, fmt.Sprintf("up %.1f ms (control %.1f), down %.1f ms (control %.1f), %.0f changes", v, m["reaction_up_control_ms"],
+			m["reaction_down_ms"], m["reaction_down_control_ms"], m["reaction_changes_count"]))
+	}
 	if v, ok := m["ttfb_seed_ms"]; ok {
 		parts = append(parts, fmt.Sprintf("TTFB %.2f ms (p99 %.2f), %.2f Gbit/s", v, m["ttfb_p99_ms"], m["transfer_bps"]/1e9))
 	}

@@ -46,9 +46,11 @@ func measure[T any](ctx context.Context, fr *trialFrame, tool string, argv []str
 	argv = pin(fr.clientCPU, argv)
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	cnt0 := readCounters(fr.cl)
 	before, cpuErr := fr.cl.NodeCPU(ctx, fr.client.Node)
 	res, err := fr.cl.Exec(tctx, fr.client.Name, argv)
 	after, cpuErr2 := fr.cl.NodeCPU(ctx, fr.client.Node)
+	cnt1 := readCounters(fr.cl)
 	if err != nil {
 		return Measurement{Raw: res.Stdout}, fmt.Errorf("%s: %w", tool, err)
 	}
@@ -75,7 +77,38 @@ func measure[T any](ctx context.Context, fr *trialFrame, tool string, argv []str
 	for k, v := range fr.setup {
 		m[k] = v
 	}
+	for k, v := range counted(cnt0, cnt1) {
+		m[k] = v
+	}
 	return Measurement{Metrics: m, Raw: res.Stdout, Server: fr.serverCmd, Client: argv}, err
+}
+
+// readCounters reads the data plane's packet counters where the cluster keeps any (nil
+// otherwise, or when they cannot be read: a trial is not failed for its counters).
+func readCounters(cl cluster.Cluster) map[string]map[string]uint64 {
+	r, ok := cl.(cluster.CounterReader)
+	if !ok {
+		return nil
+	}
+	c, err := r.DataplaneCounters()
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// counted turns two readings of the data plane's counters into a trial's metrics: what each
+// counted in between, "dp_<node>_<counter>_count" (e.g. dp_node0_ilb_packets_count).
+func counted(before, after map[string]map[string]uint64) map[string]float64 {
+	out := map[string]float64{}
+	for node, cs := range after {
+		for name, v := range cs {
+			if b, ok := before[node][name]; ok && v >= b {
+				out["dp_"+node+"_"+name+"_count"] = float64(v - b)
+			}
+		}
+	}
+	return out
 }
 
 // excerptLines keeps the first n lines of s (curl prints one error line per failed request).

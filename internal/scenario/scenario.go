@@ -45,10 +45,16 @@ type Info struct {
 	DefaultProtocols  []string
 	// Params are the scale/override keys the scenario uses (services, policies, pods, ...).
 	Params []string
+	// Tool is the measuring tool of every case of the scenario, whatever its protocol (the
+	// case label "tool"); "" when the protocol's driver is the tool.
+	Tool string
 	// DefaultNFs and DefaultInts are the values of its keys nf and of integer keys
 	// ("chain-length", "rules") a group that does not set them gets (nil: none).
 	DefaultNFs  []string
 	DefaultInts map[string][]int
+	// DefaultStrs are the values of other word keys ("external-traffic-policy") a group that
+	// does not set them gets (nil: none).
+	DefaultStrs map[string][]string
 	// Valid says whether a dataplane x placement combination exists.
 	Valid func(dataplane, placement string) bool
 	// Check rejects a case whose parameters do not fit together (nil: any case is fine); the

@@ -45,19 +45,27 @@ func TestLightFixturesStandTogetherInOneCluster(t *testing.T) {
 					continue
 				}
 				for _, proto := range info.DefaultProtocols {
-					c := fakeCase(name, dp, pl, proto)
-					if !scenario.Shares(c) {
-						continue
+					etps := info.DefaultStrs["external-traffic-policy"]
+					if len(etps) == 0 {
+						etps = []string{""}
 					}
-					opt := scenario.Options{CPUs: [2]int{0, 1}, Name: fmt.Sprintf("f%d", len(all))}
-					f, err := sc.Setup(ctx, fc, c, opt)
-					if errors.Is(err, cluster.ErrUnsupported) {
-						continue
+					for _, etp := range etps {
+						c := fakeCase(name, dp, pl, proto)
+						c.ExternalTrafficPolicy = etp
+						c.ID = c.MakeID()
+						if !scenario.Shares(c) {
+							continue
+						}
+						opt := scenario.Options{CPUs: [2]int{0, 1}, Name: fmt.Sprintf("f%d", len(all))}
+						f, err := sc.Setup(ctx, fc, c, opt)
+						if errors.Is(err, cluster.ErrUnsupported) {
+							continue
+						}
+						if err != nil {
+							t.Fatalf("%s as %s next to %d other fixtures: %v", c.ID, opt.Name, len(all), err)
+						}
+						all = append(all, standing{opt.Name, c.ID, f})
 					}
-					if err != nil {
-						t.Fatalf("%s as %s next to %d other fixtures: %v", c.ID, opt.Name, len(all), err)
-					}
-					all = append(all, standing{opt.Name, c.ID, f})
 				}
 			}
 		}

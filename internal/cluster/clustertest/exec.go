@@ -78,7 +78,9 @@ func (f *Fake) Start(ctx context.Context, pod string, argv []string, ready clust
 //     curl-refused.txt, exit 7); so do the client runs Failures.ToolRuns asks for;
 //   - curl's recorded lines are repeated up to the requests of its URL glob ([1-N]),
 //     renumbered, and credited to the servers reached (the recording's replicas in turn);
-//   - /bin/busybox nc ... IP PORT exits 0 when IP:PORT reaches a server, else 1;
+//   - /bin/busybox nc ... IP PORT exits 0 when IP:PORT reaches a server, else 1; when the
+//     server reached is itself a one-shot `nc -l ... -e ... netstat -tn`, stdout is that
+//     netstat's line for the connection, as the server sees it (see Source);
 //   - other /bin/busybox applets (sh, rm, mkdir: preparing and removing files) exit 0.
 //
 // Anything else is an error naming the command.
@@ -112,10 +114,16 @@ func (f *Fake) Exec(ctx context.Context, pod string, argv []string) (cluster.Exe
 	case "busybox":
 		if len(cmd) > 1 && cmd[1] == "nc" && len(cmd) >= 4 {
 			port, _ := strconv.Atoi(cmd[len(cmd)-1])
-			if len(f.reach(from, cmd[len(cmd)-2], port)) > 0 {
-				return cluster.ExecResult{}, nil
+			r := f.route(from, cmd[len(cmd)-2], port)
+			if len(r.pods) == 0 {
+				return cluster.ExecResult{ExitCode: 1}, nil
 			}
-			return cluster.ExecResult{ExitCode: 1}, nil
+			var out string
+			if f.serves(r.pods[0].Name, r.target, "netstat") {
+				out = "Active Internet connections (w/o servers)\nProto Recv-Q Send-Q Local Address           Foreign Address         State\n" +
+					fmt.Sprintf("tcp        0      0 %s:%d        %s:41234        ESTABLISHED\n", r.pods[0].IP, r.target, r.source)
+			}
+			return cluster.ExecResult{Stdout: []byte(out)}, nil
 		}
 		if len(cmd) > 1 && slices.Contains([]string{"sh", "rm", "mkdir"}, cmd[1]) {
 			return cluster.ExecResult{}, nil
@@ -219,10 +227,13 @@ func (f *Fake) curl(from cluster.Pod, cmd []string) (cluster.ExecResult, error) 
 	return cluster.ExecResult{Stdout: []byte(b.String())}, nil
 }
 
-// Reaches tells which pods answer a TCP connection from pod to ip:port (a pod address or a
-// ClusterIP): those with that address, or the endpoints of that Service on its target port,
-// that have a process started with that Ready port and not stopped, and that NetworkPolicies
-// admit (when they are enforced).
+// Reaches tells which pods answer a TCP connection from pod to ip:port (a pod address, a
+// ClusterIP, or a node's address and a NodePort): those with that address, or the endpoints
+// of that Service on its target port, that have a process started with that Ready port and
+// not stopped, and that NetworkPolicies admit (when they are enforced). Through a NodePort
+// with externalTrafficPolicy Local, a client off the pod network (external or host-network)
+// reaches only the endpoints on the node it targets. An external client reaches nothing but
+// NodePorts.
 func (f *Fake) Reaches(pod, ip string, port int) []cluster.Pod {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -233,34 +244,95 @@ func (f *Fake) Reaches(pod, ip string, port int) []cluster.Pod {
 	return f.reach(from, ip, port)
 }
 
+// Source is the address the pods reached by a TCP connection from pod to ip:port see as the
+// connection's source (see Reaches): the client's own, but the node's where a NodePort
+// Service with externalTrafficPolicy Cluster masquerades it; "" when nothing answers.
+func (f *Fake) Source(pod, ip string, port int) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	from, ok := f.pod(pod)
+	if !ok {
+		return ""
+	}
+	r := f.route(from, ip, port)
+	if len(r.pods) == 0 {
+		return ""
+	}
+	return r.source
+}
+
 // reach is Reaches; f.mu is held.
 func (f *Fake) reach(from cluster.Pod, ip string, port int) []cluster.Pod {
+	return f.route(from, ip, port).pods
+}
+
+// routed is where a connection goes: the pods that answer it, on which port, and the source
+// address they see.
+type routed struct {
+	pods   []cluster.Pod
+	target int
+	source string
+}
+
+// route is Reaches and Source; f.mu is held.
+func (f *Fake) route(from cluster.Pod, ip string, port int) routed {
+	if slices.Contains(f.fail.Drop, ip) {
+		return routed{}
+	}
 	var candidates []cluster.Pod
-	target := port
-	if i := slices.IndexFunc(f.services, func(s service) bool { return s.ClusterIP == ip }); i >= 0 {
-		svc := f.services[i]
-		j := slices.IndexFunc(svc.Ports, func(p cluster.ServicePort) bool { return p.Port == port })
+	r := routed{target: port, source: from.IP}
+	svcPort := func(svc service, match func(cluster.ServicePort) bool) bool {
+		j := slices.IndexFunc(svc.Ports, match)
 		if j < 0 {
-			return nil
+			return false
 		}
 		if tp := svc.Ports[j].TargetPort; tp != 0 {
-			target = tp
+			r.target = tp
+		} else {
+			r.target = svc.Ports[j].Port
 		}
-		candidates = f.selected(svc.selector)
-	} else {
+		return true
+	}
+	node := slices.IndexFunc(f.nodes, func(n cluster.Node) bool { return n.IP == ip })
+	byNodePort := func(p cluster.ServicePort) bool { return port != 0 && p.NodePort == port }
+	nodePortSvc := slices.IndexFunc(f.services, func(s service) bool { return slices.ContainsFunc(s.Ports, byNodePort) })
+	if i := slices.IndexFunc(f.services, func(s service) bool { return s.ClusterIP == ip }); i >= 0 && !from.External {
+		if !svcPort(f.services[i], func(p cluster.ServicePort) bool { return p.Port == port }) {
+			return routed{}
+		}
+		candidates = f.selected(f.services[i].selector)
+	} else if node >= 0 && nodePortSvc >= 0 {
+		svc := f.services[nodePortSvc]
+		svcPort(svc, byNodePort)
+		for _, p := range f.selected(svc.selector) {
+			if !svc.local || !(from.External || from.HostNetwork) || p.Node == f.nodes[node].Name {
+				candidates = append(candidates, p)
+			}
+		}
+		if !svc.local {
+			r.source = f.nodes[node].IP // masqueraded by the node
+		}
+	} else if !from.External {
 		for _, p := range f.pods {
 			if p.IP == ip {
 				candidates = append(candidates, p)
 			}
 		}
 	}
-	var out []cluster.Pod
 	for _, p := range candidates {
-		if f.listens(p.Name, target) && f.admits(from, p, target) {
-			out = append(out, p)
+		if f.listens(p.Name, r.target) && f.admits(from, p, r.target) {
+			r.pods = append(r.pods, p)
 		}
 	}
-	return out
+	return r
+}
+
+// serves tells whether a running process in pod listening on port has word in its command;
+// f.mu is held.
+func (f *Fake) serves(pod string, port int, word string) bool {
+	return slices.ContainsFunc(f.procs, func(p *process) bool {
+		return p.pod == pod && p.port == port && !p.stopped && slices.Contains(p.cmd, word)
+	})
 }
 
 // listens tells whether a running process in pod listens on port; f.mu is held.

@@ -38,6 +38,9 @@ type Config struct {
 	CPUStep cluster.CPUSample
 	// Fail makes calls fail on purpose.
 	Fail Failures
+	// NoNodePorts is why the cluster serves no NodePorts: NodePorts returns it as an
+	// unsupported error ("" = NodePorts are served; see cluster.NodePortChecker).
+	NoNodePorts string
 }
 
 // Failures are the calls a Fake fails on purpose.
@@ -50,6 +53,9 @@ type Failures struct {
 	// ToolRuns is how many of the next client runs of a measuring tool (iperf3, netperf,
 	// curl) replay a recorded failure instead of a measurement.
 	ToolRuns int
+	// Drop are addresses (of pods, Services or nodes) that drop what is sent to them: no
+	// connection to them gets through.
+	Drop []string
 }
 
 // DefaultCPUStep is 100 ticks: 45 % busy (user 30, system 10, softirq 5), idle 50, steal 5.
@@ -72,6 +78,7 @@ type Fake struct {
 	enforce    bool
 	step       cluster.CPUSample
 	fail       Failures
+	noNP       string
 
 	mu       sync.Mutex
 	pods     []cluster.Pod // in creation order
@@ -84,17 +91,19 @@ type Fake struct {
 	cpu      map[string]cluster.CPUSample
 	podIPs   map[string]int // per node: pod addresses handed out
 	vips     int            // ClusterIPs handed out
+	outside  int            // addresses of external clients handed out
 	closed   int
 }
 
 type service struct {
 	cluster.Service
 	selector map[string]string
+	local    bool // externalTrafficPolicy Local (of a NodePort Service)
 }
 
 // New returns a Fake set up by cfg.
 func New(cfg Config) *Fake {
-	f := &Fake{nodes: cfg.Nodes, programmed: cfg.Programmed, enforce: cfg.EnforcePolicies, fail: cfg.Fail,
+	f := &Fake{nodes: cfg.Nodes, programmed: cfg.Programmed, enforce: cfg.EnforcePolicies, fail: cfg.Fail, noNP: cfg.NoNodePorts,
 		cpu: map[string]cluster.CPUSample{}, podIPs: map[string]int{}}
 	if len(f.nodes) == 0 {
 		f.nodes = []cluster.Node{{Name: "node0", IP: "172.30.0.10"}, {Name: "node1", IP: "172.30.0.11"}}
@@ -152,7 +161,9 @@ func (f *Fake) node(name string) (int, bool) {
 }
 
 // CreatePods implements cluster.Cluster: node i's pods get 10.244.i.2, .3, ...; a pod without
-// a node goes to the node with the fewest pods; a host-network pod gets its node's address.
+// a node goes to the node with the fewest pods; a host-network pod gets its node's address; an
+// external client gets one of the nodes' network from the top (172.30.0.254, .253, ...) and
+// keeps the node it asked for (the first node when none) as the node a trial samples.
 func (f *Fake) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
 	for _, s := range specs {
 		if _, ok := f.node(s.Node); !ok && s.Node != "" {
@@ -172,10 +183,17 @@ func (f *Fake) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]clust
 			node = f.emptiestNode()
 		}
 		n, _ := f.node(node)
-		p := cluster.Pod{Name: s.Name, Node: node, HostNetwork: s.HostNetwork, Labels: maps.Clone(s.Labels), Ports: slices.Clone(s.Ports)}
-		if s.HostNetwork {
+		p := cluster.Pod{Name: s.Name, Node: node, HostNetwork: s.HostNetwork, External: s.External, Labels: maps.Clone(s.Labels), Ports: slices.Clone(s.Ports)}
+		switch {
+		case s.External:
+			if s.Node == "" {
+				p.Node = f.nodes[0].Name
+			}
+			f.outside++
+			p.IP = fmt.Sprintf("172.30.0.%d", 255-f.outside)
+		case s.HostNetwork:
 			p.IP = f.nodes[n].IP
-		} else {
+		default:
 			f.podIPs[node]++
 			p.IP = fmt.Sprintf("10.244.%d.%d", n, 1+f.podIPs[node])
 		}
@@ -216,7 +234,11 @@ func (f *Fake) DeletePods(ctx context.Context, names []string) error {
 }
 
 // CreateServices implements cluster.Cluster: ClusterIPs 10.96.0.1, .2, ... in creation order;
-// the endpoints are the addresses of the pods the selector picks at that time.
+// the endpoints are the addresses of the pods the selector picks at that time. A NodePort
+// Service's ports get NodePorts as Kubernetes gives them: the one asked for (an error wrapping
+// cluster.ErrNodePortTaken when another Service has it), else the lowest free above the static
+// band 30000-30085 that Kubernetes leaves to requests (then in it); ports of one Service with
+// the same port number share one.
 func (f *Fake) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) ([]cluster.Service, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -228,24 +250,84 @@ func (f *Fake) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) 
 		return nil, err
 	}
 	out := make([]cluster.Service, len(specs))
-	for i, s := range specs {
-		f.vips++
-		svc := cluster.Service{Name: s.Name, ClusterIP: fmt.Sprintf("10.96.%d.%d", f.vips/250, f.vips%250), Ports: slices.Clone(s.Ports)}
-		for _, p := range f.selected(s.Selector) {
-			svc.Endpoints = append(svc.Endpoints, p.IP)
+	made := make([]service, len(specs))
+	inUse := map[int]bool{}
+	for _, s := range f.services {
+		for _, p := range s.Ports {
+			inUse[p.NodePort] = true
 		}
-		f.services = append(f.services, service{Service: svc, selector: maps.Clone(s.Selector)})
-		out[i] = svc
+	}
+	for i, s := range specs {
+		svc := cluster.Service{Name: s.Name, Ports: slices.Clone(s.Ports)}
+		if err := allocNodePorts(s, svc.Ports, inUse); err != nil {
+			return nil, err
+		}
+		made[i] = service{Service: svc, selector: maps.Clone(s.Selector), local: s.NodePort && s.ExternalLocal}
+	}
+	for i, s := range made {
+		f.vips++
+		s.ClusterIP = fmt.Sprintf("10.96.%d.%d", f.vips/250, f.vips%250)
+		for _, p := range f.selected(s.selector) {
+			s.Endpoints = append(s.Endpoints, p.IP)
+		}
+		f.services = append(f.services, s)
+		out[i] = s.Service
+		out[i].Ports = slices.Clone(s.Ports)
 	}
 	f.log("create services %s", strings.Join(names, " "))
 	return out, nil
 }
 
-// selected are the pods (not host-network) a Service selector picks; f.mu is held.
+// allocNodePorts gives the ports of a NodePort Service their NodePorts in place (see
+// CreateServices), marking them in inUse; ports of other Services get none.
+func allocNodePorts(s cluster.ServiceSpec, ports []cluster.ServicePort, inUse map[int]bool) error {
+	byPort := map[int]int{} // port number -> its NodePort in this Service
+	for i := range ports {
+		if !s.NodePort {
+			ports[i].NodePort = 0
+			continue
+		}
+		if np, ok := byPort[ports[i].Port]; ok && (ports[i].NodePort == 0 || ports[i].NodePort == np) {
+			ports[i].NodePort = np
+			continue
+		}
+		np := ports[i].NodePort
+		switch {
+		case np != 0 && (np < 30000 || np > 32767):
+			return fmt.Errorf("clustertest: service %s: nodePort %d outside 30000-32767", s.Name, np)
+		case np != 0 && inUse[np]:
+			return fmt.Errorf("clustertest: service %s: nodePort %d: %w", s.Name, np, cluster.ErrNodePortTaken)
+		case np == 0:
+			for k := 0; k < 2768; k++ {
+				if np = 30000 + (86+k)%2768; !inUse[np] {
+					break
+				}
+			}
+			if inUse[np] {
+				return fmt.Errorf("clustertest: service %s: no free nodePort", s.Name)
+			}
+		}
+		inUse[np] = true
+		byPort[ports[i].Port] = np
+		ports[i].NodePort = np
+	}
+	return nil
+}
+
+// NodePorts implements cluster.NodePortChecker: Config.NoNodePorts.
+func (f *Fake) NodePorts() error {
+	if f.noNP != "" {
+		return cluster.Unsupported("%s", f.noNP)
+	}
+	return nil
+}
+
+// selected are the pods (neither host-network nor external) a Service selector picks; f.mu is
+// held.
 func (f *Fake) selected(selector map[string]string) []cluster.Pod {
 	var out []cluster.Pod
 	for _, p := range f.pods {
-		if !p.HostNetwork && cluster.Selects(selector, p.Labels) {
+		if !p.HostNetwork && !p.External && cluster.Selects(selector, p.Labels) {
 			out = append(out, p)
 		}
 	}

@@ -3,6 +3,7 @@ package clustertest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -262,5 +263,71 @@ func TestFailuresAndCPU(t *testing.T) {
 	c, s, err := bare.BarePair(ctx, "client", "server")
 	if err != nil || c.Node != "node0" || s.Node != "node0" || bare.Facts().PodMTU != 1450 || New(Config{}).Facts().Backend != "fake" {
 		t.Errorf("bare pair %+v %+v %v", c, s, err)
+	}
+}
+
+// NodePorts: allocated as Kubernetes does (shared by the ports of one number, the static band
+// left to requests, a requested one taken is ErrNodePortTaken), served on every node's address;
+// an external client reaches only NodePorts; Local sends it to the targeted node's endpoints
+// only and keeps its address, Cluster masquerades it to the node's.
+func TestNodePorts(t *testing.T) {
+	f := New(Config{})
+	var _ cluster.NodePortChecker = f
+	pods := mustPods(t, f, cluster.PodSpec{Name: "s0", Node: "node0", Labels: map[string]string{"app": "s"}},
+		cluster.PodSpec{Name: "s1", Node: "node1", Labels: map[string]string{"app": "s"}},
+		cluster.PodSpec{Name: "x", External: true, Node: "node1", Labels: map[string]string{"app": "s"}})
+	if x := pods[2]; !x.External || x.IP != "172.30.0.254" || x.Node != "node1" {
+		t.Errorf("external client %+v", x)
+	}
+	for _, p := range pods[:2] {
+		if _, err := f.Start(ctx, p.Name, []string{"/bin/busybox", "nc", "-l", "-p", "80", "-e", "/bin/busybox", "netstat", "-tn"}, cluster.Ready{TCPPort: 80}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svcs, err := f.CreateServices(ctx, []cluster.ServiceSpec{
+		{Name: "cl", Selector: map[string]string{"app": "s"}, NodePort: true, Ports: []cluster.ServicePort{{Port: 80, Protocol: "tcp"}, {Port: 80, Protocol: "udp"}}},
+		{Name: "lo", Selector: map[string]string{"app": "s"}, NodePort: true, ExternalLocal: true, Ports: []cluster.ServicePort{{Port: 80, Protocol: "tcp", NodePort: 30005}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := svcs[0].Ports; p[0].NodePort != 30086 || p[1].NodePort != 30086 || svcs[1].Ports[0].NodePort != 30005 {
+		t.Errorf("NodePorts %+v %+v", svcs[0].Ports, svcs[1].Ports)
+	}
+	if len(svcs[0].Endpoints) != 2 {
+		t.Errorf("endpoints %v: the external client is never one", svcs[0].Endpoints)
+	}
+	if _, err := f.CreateServices(ctx, []cluster.ServiceSpec{{Name: "again", NodePort: true, Ports: []cluster.ServicePort{{Port: 1, NodePort: 30005}}}}); !errors.Is(err, cluster.ErrNodePortTaken) {
+		t.Errorf("a taken NodePort: %v", err)
+	}
+	for _, c := range []struct {
+		ip     string
+		port   int
+		reach  int
+		source string
+	}{
+		{"172.30.0.10", 30086, 2, "172.30.0.10"}, // Cluster: every endpoint, masqueraded
+		{"172.30.0.10", 30005, 1, "172.30.0.254"},
+		{"172.30.0.11", 30005, 1, "172.30.0.254"},
+		{svcs[0].ClusterIP, 80, 0, ""}, // not from outside
+		{pods[0].IP, 80, 0, ""},
+	} {
+		if got := f.Reaches("x", c.ip, c.port); len(got) != c.reach || (c.port == 30005 && got[0].Node != map[string]string{"172.30.0.10": "node0", "172.30.0.11": "node1"}[c.ip]) {
+			t.Errorf("x to %s:%d reaches %v", c.ip, c.port, got)
+		}
+		if got := f.Source("x", c.ip, c.port); got != c.source {
+			t.Errorf("x to %s:%d: source %q, want %q", c.ip, c.port, got, c.source)
+		}
+	}
+	res, err := f.Exec(ctx, "x", []string{"/bin/busybox", "nc", "-w", "2", "172.30.0.11", "30005"})
+	if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Stdout), pods[1].IP+":80        172.30.0.254:") {
+		t.Errorf("nc through Local: %v %q", err, res.Stdout)
+	}
+	if got := f.Reaches("s0", "172.30.0.11", 30005); len(got) != 2 {
+		t.Errorf("a pod through a Local NodePort reaches %v, want every endpoint (kube-proxy's pod traffic rule)", got)
+	}
+	f2 := New(Config{NoNodePorts: "engine x"})
+	if err := f2.NodePorts(); !errors.Is(err, cluster.ErrUnsupported) || f.NodePorts() != nil {
+		t.Errorf("NodePorts: %v / %v", err, f.NodePorts())
 	}
 }

@@ -35,12 +35,20 @@ type Part interface {
 
 // Node is what an engine sees of a lab node while it programs it.
 type Node struct {
-	Index   int
-	Name    string
-	NS      string     // network namespace name
-	Path    string     // its path (/run/netns/NS), for tools run with nsenter --net=
-	IP      net.IP     // underlay address
+	Index int
+	Name  string
+	NS    string // network namespace name
+	Path  string // its path (/run/netns/NS), for tools run with nsenter --net=
+	IP    net.IP // underlay address
+	// BPFDir is where the node's eBPF objects are pinned: a bpf file system the engine that
+	// pins first mounts, removed with the lab.
+	BPFDir  string
 	PodCIDR *net.IPNet // the node's pod CIDR; its first address is the node's own on the overlay
+	// Cgroup is the cgroup v2 directory the node's pod processes run in ("" when the host has
+	// no cgroup v2 hierarchy).
+	Cgroup string
+	// ClusterCIDR holds every node's pod CIDR (and silent pods).
+	ClusterCIDR *net.IPNet
 	// Blocks are the address blocks other nodes route to this node (pod CIDR, silent pods).
 	Blocks []*net.IPNet
 	// Netlink runs fn with a netlink handle inside the node's namespace.

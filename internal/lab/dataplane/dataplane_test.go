@@ -40,7 +40,7 @@ func TestResolveParts(t *testing.T) {
 
 func TestResolveErrors(t *testing.T) {
 	// A preset whose attach kind is not built yet is unsupported (skipped, not bad input).
-	for _, dp := range []string{"cilium", "antrea", "polycube"} {
+	for _, dp := range []string{"antrea"} {
 		_, err := Resolve(dp, "", "")
 		if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "is not built yet") {
 			t.Errorf("Resolve(%s) = %v, want unsupported: not built yet", dp, err)
@@ -48,8 +48,8 @@ func TestResolveErrors(t *testing.T) {
 	}
 	for _, tc := range []struct{ dataplane, proxy, policy, want string }{
 		{"weave", "", "", `unknown dataplane "weave"`},
-		{"flannel", "ebpf", "", `unknown proxy "ebpf" (valid: iptables, iptables-legacy, ipvs, nftables, none)`},
-		{"calico", "", "bpf", `unknown policy engine "bpf" (valid: iptables, nftables, none)`},
+		{"flannel", "bpf", "", `unknown proxy "bpf" (valid: ebpf, ebpf-sock, iptables, iptables-legacy, ipvs, nftables, polycube, none)`},
+		{"calico", "", "bpf", `unknown policy engine "bpf" (valid: ebpf, iptables, nftables, polycube, none)`},
 	} {
 		_, err := Resolve(tc.dataplane, tc.proxy, tc.policy)
 		if err == nil || errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), tc.want) {
@@ -59,13 +59,10 @@ func TestResolveErrors(t *testing.T) {
 }
 
 func TestEffectivePartsOfUnbuiltPresets(t *testing.T) {
-	// cilium's eBPF proxy and policy are not registered: its cases would run with none.
-	p, err := Lookup("cilium")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if proxy, policy := p.Effective(); proxy != None || policy != None {
-		t.Errorf("cilium's effective parts = %s, %s, want none, none", proxy, policy)
+	// A preset's proxy or policy engine that is not registered yet: its cases run with none.
+	p := Preset{Name: "future", Attach: "bridge", Overlay: None, Proxy: "not-yet", Policy: "iptables"}
+	if proxy, policy := p.Effective(); proxy != None || policy != "iptables" {
+		t.Errorf("future's effective parts = %s, %s, want none, iptables", proxy, policy)
 	}
 	if !slices.Contains(PresetNames(), "cilium") || slices.Contains(PresetNames(), "bare") {
 		t.Errorf("PresetNames = %v: want presets (cilium included), no baselines", PresetNames())

@@ -22,8 +22,9 @@ type Attach interface {
 	SetupNode(n Node) error
 	// PodAdded finishes a pod after CNI ADD, as the CNI's agent does.
 	PodAdded(n Node, p PodNet) error
-	// Filtered readies a node for Services and policies filtering its pods' traffic (called
-	// once per node before the first programming); FilterNeeds is what the host needs then.
+	// Filtered readies a node for Services and policies filtering its pods' traffic in the
+	// node's IP stack (called once per node before the first programming, when
+	// Parts.StackFiltered); FilterNeeds is what the host needs then.
 	Filtered(n Node) error
 	FilterNeeds() []string
 }
@@ -56,10 +57,17 @@ type Proxy interface {
 	// Usable is nil when the lab programs Services with this engine on this host, else an
 	// error that says why not (the lab reports the cases as skipped with it).
 	Usable() error
-	// Render renders every Service of the lab; Apply programs a rendering in the network
-	// namespace at nsPath, replacing the previous one.
+	// Render renders every Service of the lab; Apply programs a rendering in node n,
+	// replacing the previous one.
 	Render(svcs []proxy.Service, opt proxy.Options) ([]byte, proxy.Counts)
-	Apply(nsPath string, input []byte) error
+	Apply(n Node, input []byte) error
+}
+
+// PodHook is implemented by the proxy and policy engines that program each pod's host side
+// (an eBPF program on its host interface): the lab calls PodAdded for every pod it attaches,
+// after the attach kind's PodAdded, whether or not Services or policies exist yet.
+type PodHook interface {
+	PodAdded(n Node, p PodNet) error
 }
 
 // Policy is a NetworkPolicy engine.
@@ -68,10 +76,24 @@ type Policy interface {
 	// Usable is nil when the engine enforces NetworkPolicies here, else an error that says
 	// why not (the lab reports the cases as skipped with it).
 	Usable() error
-	// Render renders a node's compiled policies; Apply installs the rendering in the network
-	// namespace at nsPath, replacing the previous one.
+	// Render renders a node's compiled policies; Apply installs the rendering in node n,
+	// replacing the previous one.
 	Render(prog *policy.Program) (Rendering, policy.Counts)
-	Apply(nsPath string, r Rendering) error
+	Apply(n Node, r Rendering) error
+}
+
+// Counting is implemented by the parts that keep packet counters in each node (the eBPF data
+// paths: per cube, per program): cumulative, named "<function>_<counter>" with a prefix no
+// other part uses; what a run reads before and after a trial.
+type Counting interface {
+	Counters(n Node) (map[string]uint64, error)
+}
+
+// Combining is implemented by the engines that work only with some other parts: Combines
+// says why the parts cannot run together (nil when they can); Resolve reports it as
+// unsupported.
+type Combining interface {
+	Combines(p Parts) error
 }
 
 // Rendering is an engine's input to its tools, one element per tool run.

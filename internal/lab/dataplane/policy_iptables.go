@@ -20,6 +20,6 @@ func (iptablesPolicy) Render(prog *policy.Program) (Rendering, policy.Counts) {
 	return Rendering{sets, filter}, cnt
 }
 
-func (iptablesPolicy) Apply(nsPath string, r Rendering) error {
-	return policy.ApplyIPTables(nsPath, "nft", r[0], r[1])
+func (iptablesPolicy) Apply(n Node, r Rendering) error {
+	return policy.ApplyIPTables(n.Path, "nft", r[0], r[1])
 }

@@ -18,6 +18,6 @@ func (nftablesPolicy) Render(prog *policy.Program) (Rendering, policy.Counts) {
 	return Rendering{input}, cnt
 }
 
-func (nftablesPolicy) Apply(nsPath string, r Rendering) error {
-	return policy.ApplyNFTables(nsPath, r[0])
+func (nftablesPolicy) Apply(n Node, r Rendering) error {
+	return policy.ApplyNFTables(n.Path, r[0])
 }

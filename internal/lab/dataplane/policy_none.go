@@ -17,4 +17,4 @@ func (noPolicy) Usable() error {
 	return errors.New("enforces no NetworkPolicy (policy none)")
 }
 func (noPolicy) Render(*policy.Program) (Rendering, policy.Counts) { return nil, policy.Counts{} }
-func (p noPolicy) Apply(string, Rendering) error                   { return p.Usable() }
+func (p noPolicy) Apply(Node, Rendering) error                     { return p.Usable() }

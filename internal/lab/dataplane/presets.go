@@ -48,14 +48,16 @@ func init() {
 			Emulates: "Calico BGP mode (routed /32 veths, proxy ARP)"},
 		{Name: "calico-vxlan", Attach: "routed", Overlay: "vxlan", Proxy: "iptables", Policy: "iptables",
 			Emulates: "Calico VXLAN mode", VXLAN: VXLAN{Dev: "vxlan.calico", VNI: 4096, Port: 4789}},
-		{Name: "cilium", Attach: "ebpf", Overlay: "vxlan", Proxy: "ebpf", Policy: "ebpf",
-			Emulates: "Cilium with kube-proxy replacement"},
+		{Name: "cilium", Attach: "ebpf", Overlay: "vxlan", Proxy: "ebpf-sock", Policy: "ebpf",
+			Emulates: "Cilium with kube-proxy replacement and BPF host routing", VXLAN: VXLAN{Dev: "cilium_vxlan", VNI: 2, Port: 8472}},
 		{Name: "kube-router", Attach: "bridge", Overlay: None, Proxy: "nftables", Policy: "iptables",
 			Emulates: "kube-router (bridge, kube-proxy nftables Services, iptables + ipset policies)"},
 		{Name: "antrea", Attach: "ovs-userspace", Overlay: "vxlan", Proxy: "iptables", Policy: "iptables",
 			Emulates: "Antrea-like OVS (userspace datapath)"},
-		{Name: "polycube", Attach: "ebpf-chain", Overlay: "vxlan", Proxy: "ebpf", Policy: "ebpf",
-			Emulates: "the disaggregated eBPF provider of seed 003"},
+		{Name: "polycube", Attach: "ebpf-chain", Overlay: "vxlan", Proxy: "polycube", Policy: "polycube",
+			Emulates: "seed 003's disaggregated eBPF provider (Polycube cubes chained by tail calls)", VXLAN: VXLAN{Dev: "pcn_vxlan", VNI: 1, Port: 4789}},
+		{Name: "polycube-mono", Attach: "ebpf-mono", Overlay: "vxlan", Proxy: "polycube", Policy: "polycube",
+			Emulates: "seed 003's eBPF provider built as one monolithic program per hook (same functions, no tail calls)", VXLAN: VXLAN{Dev: "pcn_vxlan", VNI: 1, Port: 4789}},
 		{Name: "bare", Attach: "veth", Overlay: None, Proxy: None, Policy: None, Baseline: true,
 			Emulates: "two namespaces joined by one veth pair"},
 		{Name: "node2node", Attach: None, Overlay: None, Proxy: None, Policy: None, Baseline: true,
@@ -166,6 +168,13 @@ func Resolve(dataplane, proxyName, policyName string) (Parts, error) {
 	if parts.Policy, err = policies.lookup(policyName); err != nil {
 		return Parts{}, err
 	}
+	for _, e := range []Part{parts.Attach, parts.Overlay, parts.Proxy, parts.Policy} {
+		if c, ok := e.(Combining); ok {
+			if err := c.Combines(parts); err != nil {
+				return Parts{}, cluster.Unsupported("dataplane %s (%s): %v", p.Name, parts, err)
+			}
+		}
+	}
 	return parts, nil
 }
 
@@ -182,7 +191,7 @@ func (p Parts) Lacks(has func(need string) (bool, string)) (who, need, why strin
 	}
 	reqs := []req{{"lab", hostNeeds}, {"attach " + p.Attach.Name(), p.Attach.Needs()}, {"overlay " + p.Overlay.Name(), p.Overlay.Needs()},
 		{"proxy " + p.Proxy.Name(), p.Proxy.Needs()}, {"policy " + p.Policy.Name(), p.Policy.Needs()}}
-	if p.Proxy.Name() != None || p.Policy.Name() != None {
+	if p.StackFiltered() {
 		reqs = append(reqs, req{"attach " + p.Attach.Name() + " with Services or policies", p.Attach.FilterNeeds()})
 	}
 	for _, r := range reqs {
@@ -193,6 +202,18 @@ func (p Parts) Lacks(has func(need string) (bool, string)) (who, need, why strin
 		}
 	}
 	return "", "", ""
+}
+
+// StackFiltered says whether the Services or policies of these parts filter pod traffic in
+// the node's IP stack (netfilter), which the attach kind must then let them see (Filtered):
+// an engine that is not none and does not program each pod's host side itself (PodHook).
+func (p Parts) StackFiltered() bool {
+	for _, e := range []Part{p.Proxy, p.Policy} {
+		if _, hooked := e.(PodHook); e.Name() != None && !hooked {
+			return true
+		}
+	}
+	return false
 }
 
 // Labels are the effective parts' names, as the case labels carry them.

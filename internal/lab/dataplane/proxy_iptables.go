@@ -27,6 +27,6 @@ func (iptablesProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, pr
 	return proxy.RenderIPTables(svcs, opt)
 }
 
-func (p iptablesProxy) Apply(nsPath string, input []byte) error {
-	return proxy.ApplyIPTables(nsPath, p.backend, input)
+func (p iptablesProxy) Apply(n Node, input []byte) error {
+	return proxy.ApplyIPTables(n.Path, p.backend, input)
 }

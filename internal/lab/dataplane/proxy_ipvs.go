@@ -31,4 +31,4 @@ func (ipvsProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, proxy.
 	return proxy.RenderIPVS(svcs, opt)
 }
 
-func (p ipvsProxy) Apply(string, []byte) error { return p.Usable() }
+func (p ipvsProxy) Apply(Node, []byte) error { return p.Usable() }

@@ -17,6 +17,6 @@ func (nftablesProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, pr
 	return proxy.RenderNFTables(svcs, opt)
 }
 
-func (nftablesProxy) Apply(nsPath string, input []byte) error {
-	return proxy.ApplyNFTables(nsPath, input)
+func (nftablesProxy) Apply(n Node, input []byte) error {
+	return proxy.ApplyNFTables(n.Path, input)
 }

@@ -17,4 +17,4 @@ func (noProxy) Usable() error   { return errors.New("has no Service implementati
 func (noProxy) Render([]proxy.Service, proxy.Options) ([]byte, proxy.Counts) {
 	return nil, proxy.Counts{}
 }
-func (p noProxy) Apply(string, []byte) error { return p.Usable() }
+func (p noProxy) Apply(Node, []byte) error { return p.Usable() }

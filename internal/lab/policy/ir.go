@@ -2,11 +2,13 @@
 // NetworkPolicy type plus the pods and namespaces of the cluster; Compile turns them into a
 // Program (this file): the engine-neutral description of what a node must enforce, with the
 // pod selectors already resolved to address sets, the way Calico and kube-router resolve them.
-// Two renderers turn a Program into kernel state:
+// Three renderers turn a Program into kernel state:
 //
 //   - iptables + ipset (kube-router's layout: per-pod firewall chains jumped to by pod address,
 //     per-policy chains, ipsets for selectors), one ipset restore and one iptables-restore;
-//   - nftables (sets and verdict maps: the pod dispatch is one map lookup), one nft transaction.
+//   - nftables (sets and verdict maps: the pod dispatch is one map lookup), one nft transaction;
+//   - eBPF (bpf.go: Cilium's security identities, an IP cache and a policy map keyed by
+//     identity, a few lookups per packet), loaded into maps by internal/lab/bpfdp.
 //
 // The package's tests hold two oracles: Reference (oracle_test.go), an independent evaluation
 // of the NetworkPolicy specification written straight from the Kubernetes documentation, and

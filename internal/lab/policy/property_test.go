@@ -26,24 +26,31 @@ import (
 
 const propCases = 1500
 
-func TestPropertyCompileMatchesReference(t *testing.T) {
-	seeds := make([]uint64, 0, propCases)
-	replay := os.Getenv("POLICY_PROP_SEED")
-	if replay != "" {
+// propSeeds are the generator seeds a property test runs: the one POLICY_PROP_SEED names (a
+// replay), else propCases of them (200 with -short).
+func propSeeds(t *testing.T) []uint64 {
+	t.Helper()
+	if replay := os.Getenv("POLICY_PROP_SEED"); replay != "" {
 		s, err := strconv.ParseUint(replay, 10, 64)
 		if err != nil {
 			t.Fatalf("POLICY_PROP_SEED: %v", err)
 		}
-		seeds = append(seeds, s)
-	} else {
-		n := propCases
-		if testing.Short() {
-			n = 200
-		}
-		for i := range n {
-			seeds = append(seeds, uint64(i))
-		}
+		return []uint64{s}
 	}
+	n := propCases
+	if testing.Short() {
+		n = 200
+	}
+	seeds := make([]uint64, 0, n)
+	for i := range n {
+		seeds = append(seeds, uint64(i))
+	}
+	return seeds
+}
+
+func TestPropertyCompileMatchesReference(t *testing.T) {
+	seeds := propSeeds(t)
+	replay := os.Getenv("POLICY_PROP_SEED")
 
 	var flows, allowed, byRule, failures int
 	kinds := map[string]int{}

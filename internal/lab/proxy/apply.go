@@ -21,10 +21,18 @@ func (b IPTablesBackend) tool(restore bool) string {
 	return name
 }
 
-// ApplyIPTables programs the rendering in the network namespace at nsPath: the hooks (added
-// once: checked with -C first), then the chains in one iptables-restore --noflush call.
+// ApplyIPTables programs the rendering in the network namespace at nsPath: the hooks of the
+// tables the input has (added once: checked with -C first), then the chains in one
+// iptables-restore --noflush call. --noflush keeps re-applying idempotent in both tables:
+// each declared chain is flushed and refilled, the built-in chains and every other chain
+// are left alone.
 func ApplyIPTables(nsPath string, backend IPTablesBackend, input []byte) error {
+	tables := restoreTables(input)
 	for _, h := range Hooks() {
+		table := h[1]
+		if !tables[table] {
+			continue
+		}
 		check := append([]string(nil), h...)
 		for i, a := range check {
 			if a == "-A" {
@@ -35,7 +43,7 @@ func ApplyIPTables(nsPath string, backend IPTablesBackend, input []byte) error {
 			continue
 		}
 		// The chain must exist before a rule can jump to it.
-		if err := run(nsPath, backend.tool(true), []string{"--noflush"}, []byte("*nat\n:"+h[len(h)-1]+" - [0:0]\nCOMMIT\n")); err != nil {
+		if err := run(nsPath, backend.tool(true), []string{"--noflush"}, []byte("*"+table+"\n:"+h[len(h)-1]+" - [0:0]\nCOMMIT\n")); err != nil {
 			return err
 		}
 		if err := run(nsPath, backend.tool(false), h, nil); err != nil {
@@ -48,13 +56,24 @@ func ApplyIPTables(nsPath string, backend IPTablesBackend, input []byte) error {
 	return run(nsPath, backend.tool(true), []string{"--noflush"}, input)
 }
 
+// restoreTables are the tables an iptables-restore input has a section ("*table") for.
+func restoreTables(input []byte) map[string]bool {
+	tables := map[string]bool{}
+	for _, l := range bytes.Split(input, []byte("\n")) {
+		if t, ok := bytes.CutPrefix(l, []byte("*")); ok {
+			tables[string(bytes.TrimSpace(t))] = true
+		}
+	}
+	return tables
+}
+
 // wholeTableCache puts a "-Z" (zero the table's counters) first in every table of an
 // iptables-restore input. iptables-nft-restore (1.8.9) keeps the chains its commands name
 // in a sorted linked list, so that it can fetch just those from the kernel; inserting into
 // it is linear, and 10,000 Services (20,000 chains) made iptables-restore spend minutes in
 // strcmp: 175 s instead of 2.3 s on this project's machine. A command naming no chain makes
 // it fetch the whole table instead and stop recording names; -Z is the one without other
-// effect than resetting the nat table's packet counters (the chains the input declares are
+// effect than resetting the table's packet counters (the chains the input declares are
 // flushed and lose theirs anyway).
 func wholeTableCache(input []byte) []byte {
 	var b bytes.Buffer

@@ -18,7 +18,7 @@ func benchSvcs(n int) []Service {
 	for i := range svcs {
 		ip := i + 10
 		svcs[i] = Service{Namespace: "bench", Name: fmt.Sprintf("svc-%05d", i), ClusterIP: fmt.Sprintf("10.96.%d.%d", ip/256, ip%256),
-			Port: 80, Protocol: "tcp", Endpoints: []Endpoint{{fmt.Sprintf("10.244.%d.%d", i/256, i%256), 8080}}}
+			Port: 80, Protocol: "tcp", Endpoints: []Endpoint{{IP: fmt.Sprintf("10.244.%d.%d", i/256, i%256), Port: 8080}}}
 	}
 	return svcs
 }

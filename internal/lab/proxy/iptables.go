@@ -1,10 +1,11 @@
 // Package proxy programs Services in lab nodes the way kube-proxy does:
 //   - iptables mode (RenderIPTables, ApplyIPTables): KUBE-SERVICES -> KUBE-SVC-<hash> ->
 //     KUBE-SEP-<hash>, statistic-mode random per endpoint, masquerade marking for hairpin and
-//     off-cluster sources, as one iptables-restore input so that 10,000 Services are one call;
+//     off-cluster sources, NodePorts through KUBE-NODEPORTS -> KUBE-EXT-<hash>, as one
+//     iptables-restore input so that 10,000 Services are one call;
 //   - nftables mode (RenderNFTables, ApplyNFTables): table ip kube-proxy,
-//     the service-ips verdict map, service-/endpoint- chains with numgen load balancing, as one
-//     nft transaction;
+//     the service-ips and service-nodeports verdict maps, service-/external-/local-/endpoint-
+//     chains with numgen load balancing, as one nft transaction;
 //   - IPVS mode (RenderIPVS): ipvsadm, ipset and address text only, since the lab's kernel has
 //     no IPVS (IPVSAvailable says why).
 package proxy
@@ -13,7 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -21,11 +22,14 @@ import (
 type Endpoint struct {
 	IP   string
 	Port int
+	// Node is the node the endpoint's pod runs on: it is local to a rendering for that node
+	// (Options.NodeName), which matters to externalTrafficPolicy Local.
+	Node string
 }
 
 func (e Endpoint) String() string { return fmt.Sprintf("%s:%d", e.IP, e.Port) }
 
-// Service is one port of a ClusterIP Service with its ready endpoints.
+// Service is one port of a ClusterIP or NodePort Service with its ready endpoints.
 type Service struct {
 	Namespace, Name string
 	PortName        string // the Service port's name ("" for an unnamed port)
@@ -33,6 +37,12 @@ type Service struct {
 	Port            int
 	Protocol        string // "tcp" or "udp"
 	Endpoints       []Endpoint
+	// NodePort is the port every node serves the Service on (type NodePort); 0 = none.
+	NodePort int
+	// ExternalLocal is externalTrafficPolicy Local: a node sends NodePort traffic only to
+	// its own endpoints and keeps the client's source address (false = Cluster: any
+	// endpoint, source masqueraded).
+	ExternalLocal bool
 }
 
 // PortKey is kube-proxy's ServicePortName string: "namespace/name:portname", or
@@ -59,8 +69,23 @@ func (s Service) SepChain(e Endpoint) string {
 	return "KUBE-SEP-" + portProtoHash(s.PortKey(), s.Protocol, e.String())
 }
 
-// Options of the iptables rendering.
+// ExtChain is the chain its NodePort traffic enters, KUBE-EXT-<hash> (the hash of SvcChain).
+func (s Service) ExtChain() string { return "KUBE-EXT-" + portProtoHash(s.PortKey(), s.Protocol) }
+
+// SvlChain is the chain of its endpoints on the rendering's node, KUBE-SVL-<hash> (the hash
+// of SvcChain), for externalTrafficPolicy Local.
+func (s Service) SvlChain() string { return "KUBE-SVL-" + portProtoHash(s.PortKey(), s.Protocol) }
+
+// Options of the iptables and nftables renderings.
 type Options struct {
+	// NodeName is the node the rendering is for: an endpoint whose Node is NodeName is local
+	// ("" = no node: no endpoint is local). Only NodePorts with externalTrafficPolicy Local
+	// depend on it; the rest renders the same for every node.
+	NodeName string
+	// NodeIPs are the node's addresses NodePorts are served on (nftables: the nodeport-ips
+	// set). The iptables rendering does not use them: it matches every local address
+	// ("-m addrtype --dst-type LOCAL"), as kube-proxy's iptables mode does by default.
+	NodeIPs []string
 	// ClusterCIDR: traffic to a Service from outside it is masqueraded (kube-proxy's
 	// --cluster-cidr); "" = no such rule.
 	ClusterCIDR string
@@ -81,13 +106,27 @@ type Options struct {
 // MasqMark is kube-proxy's default masquerade mark bit.
 const MasqMark = "0x4000"
 
+// kube-proxy's NodePort chains: KUBE-NODEPORTS (nat) dispatches NodePorts to the Services'
+// KUBE-EXT- chains; KUBE-EXTERNAL-SERVICES (filter, the rendering's only filter-table chain)
+// drops or rejects NodePort traffic a node has no endpoint for.
+const (
+	nodePortsChain    = "KUBE-NODEPORTS"
+	extServicesChain  = "KUBE-EXTERNAL-SERVICES"
+	extServicesHookCm = "kubernetes externally-visible service portals"
+)
+
 // Hooks are the rules that send traffic into kube-proxy's chains, one argv each (after
-// "iptables"); kube-proxy ensures them one by one, outside the restore input.
+// "iptables"); kube-proxy ensures them one by one, outside the restore input. The filter
+// ones only matter to a rendering with a *filter section (NodePorts): ApplyIPTables ensures
+// the hooks of the tables its input has. (kube-proxy inserts its hooks at the top of the
+// built-in chains; these are appended, as the lab always did.)
 func Hooks() [][]string {
 	return [][]string{
 		{"-t", "nat", "-A", "PREROUTING", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"},
 		{"-t", "nat", "-A", "OUTPUT", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"},
 		{"-t", "nat", "-A", "POSTROUTING", "-m", "comment", "--comment", "kubernetes postrouting rules", "-j", "KUBE-POSTROUTING"},
+		{"-t", "filter", "-A", "INPUT", "-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", extServicesHookCm, "-j", extServicesChain},
+		{"-t", "filter", "-A", "FORWARD", "-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", extServicesHookCm, "-j", extServicesChain},
 	}
 }
 
@@ -97,79 +136,194 @@ type Counts struct {
 	// Elements are the set and map elements (nftables maps and sets, ipset entries); 0 for
 	// the iptables rendering, which has none.
 	Elements int
-	Names    []string // the chains declared
+	Names    []string // the chains declared (iptables: of the nat and the filter table)
 }
 
-// RenderIPTables returns the nat table's kube-proxy chains for svcs as iptables-restore input
-// (to be applied with --noflush: the declared chains are replaced, the rest of the table is
-// left alone) and what it holds. Services are ordered by their port key, endpoints by address,
-// so the output is deterministic.
+// RenderIPTables returns kube-proxy's chains for svcs, as the node opt.NodeName sees them,
+// as iptables-restore input (to be applied with --noflush: the declared chains are
+// replaced, the rest of the tables is left alone) and what it holds. Services are ordered by
+// their port key, endpoints by address, so the output is deterministic.
+//
+// The nat table holds KUBE-SERVICES -> KUBE-SVC-<hash> -> KUBE-SEP-<hash> for ClusterIPs,
+// and, when a Service has a NodePort, KUBE-NODEPORTS (jumped to last from KUBE-SERVICES for
+// local destination addresses) -> KUBE-EXT-<hash>: for externalTrafficPolicy Cluster it
+// marks for masquerade and goes to KUBE-SVC-; for Local it short-circuits traffic from pods
+// and from the node itself to KUBE-SVC- and sends the rest to KUBE-SVL-<hash>, the
+// endpoints on this node, keeping the client's address. A Local Service with no endpoint
+// on this node (or a NodePort Service without endpoints) gets a DROP (REJECT) rule in the
+// filter table's KUBE-EXTERNAL-SERVICES, in a *filter section that declares only that chain.
+// The section is there whenever a Service has a NodePort, and also when opt.Stale names the
+// chain (an earlier rendering had NodePorts): then it flushes the rules left from then. The
+// chain itself stays, as the hooks jump to it. A Service without endpoints gets nothing
+// else: kube-proxy rejects its ClusterIP in the filter table, the lab leaves it unreachable.
 func RenderIPTables(svcs []Service, opt Options) ([]byte, Counts) {
-	svcs = append([]Service(nil), svcs...)
-	sort.Slice(svcs, func(i, j int) bool { return svcs[i].PortKey()+svcs[i].Protocol < svcs[j].PortKey()+svcs[j].Protocol })
-	var chains, rules strings.Builder
-	cnt := Counts{Services: len(svcs)}
-	chain := func(name string) {
-		fmt.Fprintf(&chains, ":%s - [0:0]\n", name)
-		cnt.Chains++
-		cnt.Names = append(cnt.Names, name)
-	}
-	rule := func(format string, args ...any) {
-		fmt.Fprintf(&rules, format+"\n", args...)
-		cnt.Rules++
-	}
+	svcs = sortedServices(svcs)
+	w := &iptWriter{cnt: Counts{Services: len(svcs)}}
+	nodePorts := hasNodePorts(svcs)
 	for _, c := range []string{"KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-MARK-MASQ"} {
-		chain(c)
+		w.chain(c)
 	}
-	rule("-A KUBE-POSTROUTING -m mark ! --mark %s/%s -j RETURN", MasqMark, MasqMark)
-	rule("-A KUBE-POSTROUTING -j MARK --xor-mark %s", MasqMark)
-	rule(`-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`)
-	rule("-A KUBE-MARK-MASQ -j MARK --or-mark %s", MasqMark)
+	if nodePorts {
+		w.chain(nodePortsChain)
+	}
+	w.rule("-A KUBE-POSTROUTING -m mark ! --mark %s/%s -j RETURN", MasqMark, MasqMark)
+	w.rule("-A KUBE-POSTROUTING -j MARK --xor-mark %s", MasqMark)
+	w.rule(`-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`)
+	w.rule("-A KUBE-MARK-MASQ -j MARK --or-mark %s", MasqMark)
 	for _, s := range svcs {
-		key, p := s.PortKey(), s.Protocol
-		svc := s.SvcChain()
-		match := fmt.Sprintf("-m %s -p %s -d %s/32 --dport %d", p, p, s.ClusterIP, s.Port)
-		if len(s.Endpoints) == 0 {
-			continue // kube-proxy rejects in the filter table; the lab leaves it unreachable
-		}
-		chain(svc)
-		rule(`-A KUBE-SERVICES -m comment --comment "%s cluster IP" %s -j %s`, key, match, svc)
-		if opt.ClusterCIDR != "" {
-			rule(`-A %s -m comment --comment "%s cluster IP" %s ! -s %s -j KUBE-MARK-MASQ`, svc, key, match, opt.ClusterCIDR)
-		}
-		eps := append([]Endpoint(nil), s.Endpoints...)
-		sort.Slice(eps, func(i, j int) bool { return eps[i].String() < eps[j].String() })
-		for i, e := range eps {
-			sep := s.SepChain(e)
-			chain(sep)
-			cnt.Endpoints++
-			if n := len(eps) - i; n > 1 {
-				rule(`-A %s -m comment --comment "%s -> %s" -m statistic --mode random --probability %.10f -j %s`, svc, key, e, 1/float64(n), sep)
-			} else {
-				rule(`-A %s -m comment --comment "%s -> %s" -j %s`, svc, key, e, sep)
-			}
-			rule(`-A %s -m comment --comment %s -s %s/32 -j KUBE-MARK-MASQ`, sep, key, e.IP)
-			rule(`-A %s -m comment --comment %s -m %s -p %s -j DNAT --to-destination %s`, sep, key, p, p, e)
-		}
+		w.service(s, opt)
 	}
+	if nodePorts {
+		// Last, so that ClusterIPs are matched first. Every local address serves NodePorts
+		// (kube-proxy's default nodePortAddresses, hence no opt.NodeIPs here) except
+		// loopback ones: DNAT from 127.0.0.0/8 needs route_localnet, which the lab never
+		// sets (kube-proxy's localhostNodePorts: false, as on the cluster of testdata/real).
+		w.rule(`-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL ! -d 127.0.0.0/8 -j %s`, nodePortsChain)
+	}
+	filter := nodePorts || slices.Contains(opt.Stale, extServicesChain)
+	if filter {
+		w.cnt.Chains++
+		w.cnt.Names = append(w.cnt.Names, extServicesChain)
+	}
+	return w.text(opt.Stale, filter), w.cnt
+}
+
+// iptWriter collects an iptables rendering: the nat table's chain declarations and rules,
+// the filter table's rules, and what they hold.
+type iptWriter struct {
+	chains, rules, filter strings.Builder
+	cnt                   Counts
+}
+
+// chain declares a nat chain.
+func (w *iptWriter) chain(name string) {
+	fmt.Fprintf(&w.chains, ":%s - [0:0]\n", name)
+	w.cnt.Chains++
+	w.cnt.Names = append(w.cnt.Names, name)
+}
+
+// rule appends a nat rule.
+func (w *iptWriter) rule(format string, args ...any) {
+	fmt.Fprintf(&w.rules, format+"\n", args...)
+	w.cnt.Rules++
+}
+
+// filterRule appends a filter rule.
+func (w *iptWriter) filterRule(format string, args ...any) {
+	fmt.Fprintf(&w.filter, format+"\n", args...)
+	w.cnt.Rules++
+}
+
+// service writes one Service port: its ClusterIP and endpoint chains, then its NodePort.
+func (w *iptWriter) service(s Service, opt Options) {
+	key, p := s.PortKey(), s.Protocol
+	var np nodePort
+	if s.NodePort != 0 {
+		np = s.nodePortOn(opt.NodeName)
+		w.blockNodePort(s, np.fate)
+	}
+	if len(s.Endpoints) == 0 {
+		return // kube-proxy rejects in the filter table; the lab leaves it unreachable
+	}
+	svc := s.SvcChain()
+	match := fmt.Sprintf("-m %s -p %s -d %s/32 --dport %d", p, p, s.ClusterIP, s.Port)
+	w.chain(svc)
+	w.rule(`-A KUBE-SERVICES -m comment --comment "%s cluster IP" %s -j %s`, key, match, svc)
+	if opt.ClusterCIDR != "" {
+		w.rule(`-A %s -m comment --comment "%s cluster IP" %s ! -s %s -j KUBE-MARK-MASQ`, svc, key, match, opt.ClusterCIDR)
+	}
+	eps := s.sortedEndpoints()
+	for i, e := range eps {
+		sep := s.SepChain(e)
+		w.chain(sep)
+		w.cnt.Endpoints++
+		w.pick(s, svc, eps, i)
+		w.rule(`-A %s -m comment --comment %s -s %s/32 -j KUBE-MARK-MASQ`, sep, key, e.IP)
+		w.rule(`-A %s -m comment --comment %s -m %s -p %s -j DNAT --to-destination %s`, sep, key, p, p, e)
+	}
+	if s.NodePort != 0 {
+		w.external(s, np, opt.ClusterCIDR)
+	}
+}
+
+// pick writes chain's rule that sends a connection to the endpoint chain of eps[i]: with
+// probability 1/(endpoints left), so that each gets the same share; the last one always.
+func (w *iptWriter) pick(s Service, chain string, eps []Endpoint, i int) {
+	key, e := s.PortKey(), eps[i]
+	if n := len(eps) - i; n > 1 {
+		w.rule(`-A %s -m comment --comment "%s -> %s" -m statistic --mode random --probability %.10f -j %s`, chain, key, e, 1/float64(n), s.SepChain(e))
+	} else {
+		w.rule(`-A %s -m comment --comment "%s -> %s" -j %s`, chain, key, e, s.SepChain(e))
+	}
+}
+
+// external writes s's NodePort path on this node (s has endpoints): KUBE-NODEPORTS ->
+// KUBE-EXT-<hash> -> KUBE-SVC- (Cluster) or KUBE-SVL- (Local), as nodePort says.
+func (w *iptWriter) external(s Service, np nodePort, clusterCIDR string) {
+	key, p, ext, svc := s.PortKey(), s.Protocol, s.ExtChain(), s.SvcChain()
+	w.rule(`-A %s -m comment --comment %s -m %s -p %s --dport %d -j %s`, nodePortsChain, key, p, p, s.NodePort, ext)
+	w.chain(ext)
+	if !s.ExternalLocal {
+		w.rule(`-A %s -m comment --comment "masquerade traffic for %s external destinations" -j KUBE-MARK-MASQ`, ext, key)
+		w.rule(`-A %s -j %s`, ext, svc)
+		return
+	}
+	if clusterCIDR != "" {
+		w.rule(`-A %s -m comment --comment "pod traffic for %s external destinations" -s %s -j %s`, ext, key, clusterCIDR, svc)
+	}
+	w.rule(`-A %s -m comment --comment "masquerade LOCAL traffic for %s external destinations" -m addrtype --src-type LOCAL -j KUBE-MARK-MASQ`, ext, key)
+	w.rule(`-A %s -m comment --comment "route LOCAL traffic for %s external destinations" -m addrtype --src-type LOCAL -j %s`, ext, key, svc)
+	if np.fate != nodePortServed {
+		return // the rest falls through and KUBE-EXTERNAL-SERVICES drops it
+	}
+	svl := s.SvlChain()
+	w.rule(`-A %s -j %s`, ext, svl)
+	w.chain(svl)
+	for i := range np.local {
+		w.pick(s, svl, np.local, i)
+	}
+}
+
+// blockNodePort writes the filter rule for s's NodePort traffic that no endpoint takes on
+// this node: dropped (Local, none here) or rejected (no endpoints at all).
+func (w *iptWriter) blockNodePort(s Service, fate nodePortFate) {
+	why, target := "has no local endpoints", "DROP"
+	switch fate {
+	case nodePortServed:
+		return
+	case nodePortRejected:
+		why, target = "has no endpoints", "REJECT"
+	}
+	p := s.Protocol
+	w.filterRule(`-A %s -m comment --comment "%s %s" -m addrtype --dst-type LOCAL -m %s -p %s --dport %d -j %s`, extServicesChain, s.PortKey(), why, p, p, s.NodePort, target)
+}
+
+// text is the restore input: the nat table, with the stale chains of an earlier rendering
+// declared (flushed) and deleted, then the filter table if asked for.
+func (w *iptWriter) text(stale []string, filter bool) []byte {
 	declared := map[string]bool{}
-	for _, n := range cnt.Names {
+	for _, n := range w.cnt.Names {
 		declared[n] = true
 	}
 	var b strings.Builder
 	b.WriteString("*nat\n")
-	b.WriteString(chains.String())
-	for _, s := range opt.Stale {
+	b.WriteString(w.chains.String())
+	for _, s := range stale {
 		if !declared[s] {
 			fmt.Fprintf(&b, ":%s - [0:0]\n", s)
 		}
 	}
-	b.WriteString(rules.String())
-	for _, s := range opt.Stale {
+	b.WriteString(w.rules.String())
+	for _, s := range stale {
 		if !declared[s] {
 			fmt.Fprintf(&b, "-X %s\n", s)
 		}
 	}
 	b.WriteString("COMMIT\n")
-	return []byte(b.String()), cnt
+	if filter {
+		fmt.Fprintf(&b, "*filter\n:%s - [0:0]\n", extServicesChain)
+		b.WriteString(w.filter.String())
+		b.WriteString("COMMIT\n")
+	}
+	return []byte(b.String())
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 )
 
@@ -61,12 +60,11 @@ func RenderIPVS(svcs []Service, opt Options) ([]byte, Counts) {
 
 // RenderIPVSParts is RenderIPVS with each tool's input apart. Services are ordered by port
 // key and protocol, endpoints by address, so the output is deterministic. kube-proxy puts only
-// the endpoints on its own node into KUBE-LOOP-BACK; the Service type does not say where an
-// endpoint runs, so every endpoint is listed (an entry for a remote endpoint never matches:
-// its packets do not come back to the node they left).
+// the endpoints on its own node into KUBE-LOOP-BACK; this rendering lists every endpoint (an
+// entry for a remote endpoint never matches: its packets do not come back to the node they
+// left). NodePorts are not rendered in IPVS mode.
 func RenderIPVSParts(svcs []Service, opt Options) (IPVSRendering, Counts) {
-	svcs = append([]Service(nil), svcs...)
-	sort.Slice(svcs, func(i, j int) bool { return svcs[i].PortKey()+svcs[i].Protocol < svcs[j].PortKey()+svcs[j].Protocol })
+	svcs = sortedServices(svcs)
 	var adm, set, addr, ipt strings.Builder
 	cnt := Counts{}
 	fmt.Fprintf(&addr, "link add %s type dummy\n", IPVSInterface)
@@ -90,9 +88,7 @@ func RenderIPVSParts(svcs []Service, opt Options) (IPVSRendering, Counts) {
 		vs := fmt.Sprintf("%s:%d", s.ClusterIP, s.Port)
 		fmt.Fprintf(&adm, "-A %s %s -s rr\n", flag, vs)
 		cnt.Services++
-		eps := append([]Endpoint(nil), s.Endpoints...)
-		sort.Slice(eps, func(i, j int) bool { return eps[i].String() < eps[j].String() })
-		for _, e := range eps {
+		for _, e := range s.sortedEndpoints() {
 			fmt.Fprintf(&adm, "-a %s %s -r %s -m -w 1\n", flag, vs, e)
 			cnt.Endpoints++
 			if le := fmt.Sprintf("%s,%s:%d,%s", e.IP, p, e.Port, e.IP); !seenLoop[le] {

@@ -12,9 +12,9 @@ import (
 func ipvsTestServices() []Service {
 	return []Service{
 		{Namespace: "cnb", Name: "web", ClusterIP: "10.96.0.10", Port: 80, Protocol: "tcp",
-			Endpoints: []Endpoint{{"10.244.1.3", 8080}, {"10.244.0.7", 8080}}},
+			Endpoints: []Endpoint{{IP: "10.244.1.3", Port: 8080}, {IP: "10.244.0.7", Port: 8080}}},
 		{Namespace: "cnb", Name: "dns", PortName: "dns", ClusterIP: "10.96.0.11", Port: 53, Protocol: "udp",
-			Endpoints: []Endpoint{{"10.244.0.7", 53}}},
+			Endpoints: []Endpoint{{IP: "10.244.0.7", Port: 53}}},
 		{Namespace: "cnb", Name: "dns", PortName: "dns-tcp", ClusterIP: "10.96.0.11", Port: 53, Protocol: "tcp"},
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/base32"
 	"fmt"
 	"net"
-	"sort"
 	"strings"
 )
 
@@ -30,6 +29,14 @@ const (
 	nftEPCheckChain      = "service-endpoints-check"
 	nftClusterIPsCheck   = "cluster-ips-check"
 	nftVerdictMapType    = "ipv4_addr . inet_proto . inet_service : verdict"
+
+	nftExternalPrefix       = "external-"
+	nftLocalPrefix          = "local-"
+	nftNodePortIPsSet       = "nodeport-ips"
+	nftServiceNodePortsMap  = "service-nodeports"
+	nftNoEndpointNodePorts  = "no-endpoint-nodeports"
+	nftNodePortEPCheckChain = "nodeport-endpoints-check"
+	nftNodePortMapType      = "inet_proto . inet_service : verdict"
 )
 
 // nftHashAndTruncate is kube-proxy's hashAndTruncate (pkg/proxy/nftables/proxier.go): the
@@ -63,6 +70,18 @@ func (s Service) NFTServiceChain() string {
 func (s Service) NFTEndpointChain(e Endpoint) string {
 	ip := strings.ReplaceAll(e.IP, ":", ".")
 	return nftEndpointPrefix + nftHashAndTruncate(fmt.Sprintf("%s__%s/%d", s.nftPortBase(), ip, e.Port))
+}
+
+// NFTExternalChain is the chain its NodePort traffic enters,
+// "external-<hash8>-<ns>/<name>/<proto>/<portname>" (the hash of NFTServiceChain).
+func (s Service) NFTExternalChain() string {
+	return nftExternalPrefix + nftHashAndTruncate(s.nftPortBase())
+}
+
+// NFTLocalChain is the chain of its endpoints on the rendering's node, for
+// externalTrafficPolicy Local: "local-<hash8>-<ns>/<name>/<proto>/<portname>".
+func (s Service) NFTLocalChain() string {
+	return nftLocalPrefix + nftHashAndTruncate(s.nftPortBase())
 }
 
 // nftBaseChains are kube-proxy's base chains (named "<type>-<hook>") that this rendering
@@ -114,7 +133,17 @@ var nftBaseChains = []struct {
 //     filter-forward and filter-output chains for new connections, which rejects them
 //     (goto reject-chain), so clients fail at once instead of timing out;
 //   - every ClusterIP is in the cluster-ips set, and cluster-ips-check rejects new
-//     connections to a ClusterIP that were not DNATed (a port the Service does not have).
+//     connections to a ClusterIP that were not DNATed (a port the Service does not have);
+//   - NodePorts (only when a Service has one, see hasNodePorts): "services" also dispatches
+//     "meta l4proto . th dport" of packets to opt.NodeIPs (the nodeport-ips set) through the
+//     service-nodeports map to external-<hash>-...: for externalTrafficPolicy Cluster it marks
+//     for masquerade and goes to the service- chain; for Local it short-circuits traffic from
+//     pods (opt.ClusterCIDR) and from the node itself (fib saddr type local, masqueraded) to
+//     the service- chain and sends the rest to local-<hash>-..., which balances over the
+//     endpoints on opt.NodeName, keeping the client's address. NodePort traffic this node
+//     has no endpoint for is in the no-endpoint-nodeports map, checked from filter-input by
+//     nodeport-endpoints-check: dropped (Local, none on this node) or rejected (no endpoints
+//     at all).
 //
 // Single endpoint: kube-proxy up to 1.36 wrote "numgen random mod 1 vmap { 0 : goto ... }"
 // here too. Every such vmap is an anonymous set, and the kernel, when it creates one, scans
@@ -129,10 +158,11 @@ var nftBaseChains = []struct {
 // With opt.ServiceCIDR, cluster-ips-check also drops new connections to addresses of the
 // service CIDR that are no ClusterIP.
 //
-// Not rendered (the Service type has none of it): NodePorts, external and load-balancer IPs,
-// firewall source ranges (and their filter-prerouting-pre-dnat / filter-output-pre-dnat
-// chains), session affinity, traffic policies. TestNFTablesMatchesKubeProxy compares the
-// rest, as the kernel lists it, with a dump of kube-proxy 1.34 in testdata/real.
+// Not rendered (the Service type has none of it): external and load-balancer IPs, firewall
+// source ranges (and their filter-prerouting-pre-dnat / filter-output-pre-dnat chains),
+// session affinity, internalTrafficPolicy. TestNFTablesMatchesKubeProxy and
+// TestNFTablesNodePortsMatchKubeProxy compare the rest, as the kernel lists it, with dumps of
+// kube-proxy 1.34 in testdata/real.
 //
 // Services are ordered by port key and protocol, endpoints by address, so the output is
 // deterministic.
@@ -162,103 +192,58 @@ func (e nftElem) String() string {
 	return s
 }
 
-// nftSets are the sets and maps whose elements the rendering fills, in the model's order.
-var nftSets = [...]string{nftClusterIPsSet, nftServiceIPsMap, nftNoEndpointMap}
+// nftSets are the sets and maps whose elements the rendering fills, in the model's order
+// (the el* indices below).
+var nftSets = [...]string{nftClusterIPsSet, nftServiceIPsMap, nftNoEndpointMap, nftNodePortIPsSet, nftServiceNodePortsMap, nftNoEndpointNodePorts}
+
+const (
+	elClusterIPs = iota
+	elServiceIPs
+	elNoEndpoint
+	elNodePortIPs
+	elServiceNodePorts
+	elNoEndpointNodePorts
+)
 
 // nftModel is a rendering before it is written out.
 type nftModel struct {
-	chains []nftChain
-	elems  [len(nftSets)][]nftElem
-	cnt    Counts
+	chains    []nftChain
+	index     map[string]int // chain name -> position in chains
+	elems     [len(nftSets)][]nftElem
+	nodePorts bool // the NodePort sets and maps are declared
+	cnt       Counts
 }
 
 const nftT = "ip " + NFTable
 
+// chain adds a chain (spec: its base-chain or comment spec, "" for none).
+func (m *nftModel) chain(name, spec string) {
+	m.index[name] = len(m.chains)
+	m.chains = append(m.chains, nftChain{name: name, spec: spec})
+}
+
+// elem adds an element to a set or map (an el* index).
+func (m *nftModel) elem(set int, e nftElem) { m.elems[set] = append(m.elems[set], e) }
+
+// rule appends a rule to a chain added before.
+func (m *nftModel) rule(chain, format string, args ...any) {
+	c := &m.chains[m.index[chain]]
+	c.rules = append(c.rules, fmt.Sprintf(format, args...))
+	m.cnt.Rules++
+}
+
 func buildNFT(svcs []Service, opt Options) nftModel {
-	svcs = append([]Service(nil), svcs...)
-	sort.Slice(svcs, func(i, j int) bool { return svcs[i].PortKey()+svcs[i].Protocol < svcs[j].PortKey()+svcs[j].Protocol })
-	m := nftModel{cnt: Counts{Services: len(svcs)}}
+	svcs = sortedServices(svcs)
+	m := nftModel{cnt: Counts{Services: len(svcs)}, index: map[string]int{}, nodePorts: hasNodePorts(svcs)}
 	m.chains = make([]nftChain, 0, 12+2*len(svcs))
-	index := map[string]int{}
-	chain := func(name, spec string) {
-		index[name] = len(m.chains)
-		m.chains = append(m.chains, nftChain{name: name, spec: spec})
-	}
-	rule := func(chain, format string, args ...any) {
-		c := &m.chains[index[chain]]
-		c.rules = append(c.rules, fmt.Sprintf(format, args...))
-		m.cnt.Rules++
-	}
-	for _, c := range nftBaseChains {
-		chain(c.name, fmt.Sprintf("type %s hook %s priority %d ;", c.typ, c.hook, c.prio))
-	}
-	for _, c := range []string{nftClusterIPsCheck, nftMarkMasqChain, nftMasqueradingChain} {
-		chain(c, "")
-	}
-	chain(nftRejectChain, `comment "helper for @no-endpoint-services / @no-endpoint-nodeports" ;`)
-	chain(nftEPCheckChain, "")
-	chain(nftServicesChain, "")
-
-	rule(nftClusterIPsCheck, `ip daddr @%s reject comment "Reject traffic to invalid ports of ClusterIPs"`, nftClusterIPsSet)
-	if opt.ServiceCIDR != "" {
-		rule(nftClusterIPsCheck, `ip daddr { %s } drop comment "Drop traffic to unallocated ClusterIPs"`, opt.ServiceCIDR)
-	}
-	rule("filter-forward", "ct state new jump %s", nftEPCheckChain)
-	rule("filter-forward", "ct state new jump %s", nftClusterIPsCheck)
-	rule("filter-input", "ct state new jump %s", nftEPCheckChain)
-	rule("filter-output", "ct state new jump %s", nftEPCheckChain)
-	rule("filter-output", "ct state new jump %s", nftClusterIPsCheck)
-	rule(nftMarkMasqChain, "mark set mark or %s", MasqMark)
-	rule(nftMasqueradingChain, "mark and %s == 0 return", MasqMark)
-	rule(nftMasqueradingChain, "mark set mark xor %s", MasqMark)
-	rule(nftMasqueradingChain, "masquerade fully-random")
-	rule("nat-output", "jump %s", nftServicesChain)
-	rule("nat-postrouting", "jump %s", nftMasqueradingChain)
-	rule("nat-prerouting", "jump %s", nftServicesChain)
-	rule(nftRejectChain, "reject")
-	rule(nftServicesChain, "ip daddr . meta l4proto . th dport vmap @%s", nftServiceIPsMap)
-	rule(nftEPCheckChain, "ip daddr . meta l4proto . th dport vmap @%s", nftNoEndpointMap)
-
+	m.base(opt)
 	seenIP := map[string]bool{}
 	for _, s := range svcs {
-		p := strings.ToLower(s.Protocol)
-		key := fmt.Sprintf("%s . %s . %d", s.ClusterIP, p, s.Port)
 		if !seenIP[s.ClusterIP] {
 			seenIP[s.ClusterIP] = true
-			m.elems[0] = append(m.elems[0], nftElem{key: s.ClusterIP})
+			m.elem(elClusterIPs, nftElem{key: s.ClusterIP})
 		}
-		if len(s.Endpoints) == 0 {
-			m.elems[2] = append(m.elems[2], nftElem{key: key, comment: s.PortKey(), value: "goto " + nftRejectChain})
-			continue
-		}
-		svc := s.NFTServiceChain()
-		m.elems[1] = append(m.elems[1], nftElem{key: key, value: "goto " + svc})
-		eps := append([]Endpoint(nil), s.Endpoints...)
-		sort.Slice(eps, func(i, j int) bool { return eps[i].String() < eps[j].String() })
-		chain(svc, "")
-		if opt.ClusterCIDR != "" {
-			// As kube-proxy 1.34 writes it (testdata/real): the ClusterIP only, no port.
-			rule(svc, "ip daddr %s ip saddr != %s jump %s", s.ClusterIP, opt.ClusterCIDR, nftMarkMasqChain)
-		}
-		if len(eps) == 1 && !opt.NFTMod1Maps {
-			rule(svc, "goto %s", s.NFTEndpointChain(eps[0]))
-		} else {
-			var vm strings.Builder
-			for i, e := range eps {
-				if i > 0 {
-					vm.WriteString(", ")
-				}
-				fmt.Fprintf(&vm, "%d : goto %s", i, s.NFTEndpointChain(e))
-			}
-			rule(svc, "numgen random mod %d vmap { %s }", len(eps), vm.String())
-		}
-		for _, e := range eps {
-			ep := s.NFTEndpointChain(e)
-			chain(ep, "")
-			m.cnt.Endpoints++
-			rule(ep, "ip saddr %s jump %s", e.IP, nftMarkMasqChain)
-			rule(ep, "meta l4proto %s dnat to %s", p, net.JoinHostPort(e.IP, fmt.Sprint(e.Port)))
-		}
+		m.service(s, opt)
 	}
 	m.cnt.Chains = len(m.chains)
 	m.cnt.Names = make([]string, len(m.chains))
@@ -269,6 +254,149 @@ func buildNFT(svcs []Service, opt Options) nftModel {
 		m.cnt.Elements += len(e)
 	}
 	return m
+}
+
+// base adds the chains and rules every rendering has, and those of NodePorts if any.
+func (m *nftModel) base(opt Options) {
+	for _, c := range nftBaseChains {
+		m.chain(c.name, fmt.Sprintf("type %s hook %s priority %d ;", c.typ, c.hook, c.prio))
+	}
+	for _, c := range []string{nftClusterIPsCheck, nftMarkMasqChain, nftMasqueradingChain} {
+		m.chain(c, "")
+	}
+	m.chain(nftRejectChain, `comment "helper for @no-endpoint-services / @no-endpoint-nodeports" ;`)
+	m.chain(nftEPCheckChain, "")
+	m.chain(nftServicesChain, "")
+	if m.nodePorts {
+		m.chain(nftNodePortEPCheckChain, "")
+	}
+
+	m.rule(nftClusterIPsCheck, `ip daddr @%s reject comment "Reject traffic to invalid ports of ClusterIPs"`, nftClusterIPsSet)
+	if opt.ServiceCIDR != "" {
+		m.rule(nftClusterIPsCheck, `ip daddr { %s } drop comment "Drop traffic to unallocated ClusterIPs"`, opt.ServiceCIDR)
+	}
+	m.rule("filter-forward", "ct state new jump %s", nftEPCheckChain)
+	m.rule("filter-forward", "ct state new jump %s", nftClusterIPsCheck)
+	if m.nodePorts {
+		m.rule("filter-input", "ct state new jump %s", nftNodePortEPCheckChain)
+	}
+	m.rule("filter-input", "ct state new jump %s", nftEPCheckChain)
+	m.rule("filter-output", "ct state new jump %s", nftEPCheckChain)
+	m.rule("filter-output", "ct state new jump %s", nftClusterIPsCheck)
+	m.rule(nftMarkMasqChain, "mark set mark or %s", MasqMark)
+	m.rule(nftMasqueradingChain, "mark and %s == 0 return", MasqMark)
+	m.rule(nftMasqueradingChain, "mark set mark xor %s", MasqMark)
+	m.rule(nftMasqueradingChain, "masquerade fully-random")
+	m.rule("nat-output", "jump %s", nftServicesChain)
+	m.rule("nat-postrouting", "jump %s", nftMasqueradingChain)
+	m.rule("nat-prerouting", "jump %s", nftServicesChain)
+	m.rule(nftRejectChain, "reject")
+	m.rule(nftServicesChain, "ip daddr . meta l4proto . th dport vmap @%s", nftServiceIPsMap)
+	m.rule(nftEPCheckChain, "ip daddr . meta l4proto . th dport vmap @%s", nftNoEndpointMap)
+	if !m.nodePorts {
+		return
+	}
+	m.rule(nftServicesChain, "ip daddr @%s meta l4proto . th dport vmap @%s", nftNodePortIPsSet, nftServiceNodePortsMap)
+	m.rule(nftNodePortEPCheckChain, "ip daddr @%s meta l4proto . th dport vmap @%s", nftNodePortIPsSet, nftNoEndpointNodePorts)
+	for _, ip := range opt.NodeIPs {
+		m.elem(elNodePortIPs, nftElem{key: ip})
+	}
+}
+
+// service adds one Service port: its map elements, its chain and its endpoints' chains, then
+// its NodePort.
+func (m *nftModel) service(s Service, opt Options) {
+	p := strings.ToLower(s.Protocol)
+	key := fmt.Sprintf("%s . %s . %d", s.ClusterIP, p, s.Port)
+	var np nodePort
+	if s.NodePort != 0 {
+		np = s.nodePortOn(opt.NodeName)
+		m.blockNodePort(s, np.fate)
+	}
+	if len(s.Endpoints) == 0 {
+		m.elem(elNoEndpoint, nftElem{key: key, comment: s.PortKey(), value: "goto " + nftRejectChain})
+		return
+	}
+	svc := s.NFTServiceChain()
+	m.elem(elServiceIPs, nftElem{key: key, value: "goto " + svc})
+	eps := s.sortedEndpoints()
+	m.chain(svc, "")
+	if opt.ClusterCIDR != "" {
+		// As kube-proxy 1.34 writes it (testdata/real): the ClusterIP only, no port.
+		m.rule(svc, "ip daddr %s ip saddr != %s jump %s", s.ClusterIP, opt.ClusterCIDR, nftMarkMasqChain)
+	}
+	m.balance(s, svc, eps, opt.NFTMod1Maps)
+	for _, e := range eps {
+		ep := s.NFTEndpointChain(e)
+		m.chain(ep, "")
+		m.cnt.Endpoints++
+		m.rule(ep, "ip saddr %s jump %s", e.IP, nftMarkMasqChain)
+		m.rule(ep, "meta l4proto %s dnat to %s", p, net.JoinHostPort(e.IP, fmt.Sprint(e.Port)))
+	}
+	if s.NodePort != 0 {
+		m.external(s, np, opt)
+	}
+}
+
+// balance adds chain's rule that sends a connection to one of eps' endpoint chains, each
+// with the same chance (a plain goto for a single one, unless mod1Maps: see RenderNFTables).
+func (m *nftModel) balance(s Service, chain string, eps []Endpoint, mod1Maps bool) {
+	if len(eps) == 1 && !mod1Maps {
+		m.rule(chain, "goto %s", s.NFTEndpointChain(eps[0]))
+		return
+	}
+	var vm strings.Builder
+	for i, e := range eps {
+		if i > 0 {
+			vm.WriteString(", ")
+		}
+		fmt.Fprintf(&vm, "%d : goto %s", i, s.NFTEndpointChain(e))
+	}
+	m.rule(chain, "numgen random mod %d vmap { %s }", len(eps), vm.String())
+}
+
+// external adds s's NodePort path on this node (s has endpoints), as nodePort says: its
+// service-nodeports element, its external- chain and, for Local with endpoints here, its
+// local- chain.
+func (m *nftModel) external(s Service, np nodePort, opt Options) {
+	ext, svc := s.NFTExternalChain(), s.NFTServiceChain()
+	m.elem(elServiceNodePorts, nftElem{key: s.nftNodePortKey(), value: "goto " + ext})
+	m.chain(ext, "")
+	if !s.ExternalLocal {
+		m.rule(ext, "jump %s", nftMarkMasqChain)
+		m.rule(ext, "goto %s", svc)
+		return
+	}
+	if opt.ClusterCIDR != "" {
+		m.rule(ext, `ip saddr %s goto %s comment "short-circuit pod traffic"`, opt.ClusterCIDR, svc)
+	}
+	m.rule(ext, `fib saddr type local jump %s comment "masquerade local traffic"`, nftMarkMasqChain)
+	m.rule(ext, `fib saddr type local goto %s comment "short-circuit local traffic"`, svc)
+	if np.fate != nodePortServed {
+		return // the rest falls through; nodeport-endpoints-check drops it
+	}
+	local := s.NFTLocalChain()
+	m.rule(ext, "goto %s", local)
+	m.chain(local, "")
+	m.balance(s, local, np.local, opt.NFTMod1Maps)
+}
+
+// blockNodePort puts s's NodePort in no-endpoint-nodeports when no endpoint takes its
+// traffic on this node: dropped (Local, none here) or rejected (no endpoints at all).
+func (m *nftModel) blockNodePort(s Service, fate nodePortFate) {
+	verdict := "drop"
+	switch fate {
+	case nodePortServed:
+		return
+	case nodePortRejected:
+		verdict = "goto " + nftRejectChain
+	}
+	m.elem(elNoEndpointNodePorts, nftElem{key: s.nftNodePortKey(), comment: s.PortKey(), value: verdict})
+}
+
+// nftNodePortKey is s's key in the NodePort maps, "<proto> . <nodePort>".
+func (s Service) nftNodePortKey() string {
+	return fmt.Sprintf("%s . %d", strings.ToLower(s.Protocol), s.NodePort)
 }
 
 func writeChain(b *strings.Builder, c nftChain) {
@@ -314,6 +442,11 @@ func (m nftModel) full() []byte {
 	fmt.Fprintf(&b, "add set %s %s { type ipv4_addr ; comment \"Active ClusterIPs\" ; }\n", nftT, nftClusterIPsSet)
 	fmt.Fprintf(&b, "add map %s %s { type %s ; comment \"vmap to drop or reject packets to services with no endpoints\" ; }\n", nftT, nftNoEndpointMap, nftVerdictMapType)
 	fmt.Fprintf(&b, "add map %s %s { type %s ; comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\" ; }\n", nftT, nftServiceIPsMap, nftVerdictMapType)
+	if m.nodePorts {
+		fmt.Fprintf(&b, "add set %s %s { type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }\n", nftT, nftNodePortIPsSet)
+		fmt.Fprintf(&b, "add map %s %s { type %s ; comment \"vmap to drop or reject packets to service nodeports with no endpoints\" ; }\n", nftT, nftNoEndpointNodePorts, nftNodePortMapType)
+		fmt.Fprintf(&b, "add map %s %s { type %s ; comment \"NodePort traffic\" ; }\n", nftT, nftServiceNodePortsMap, nftNodePortMapType)
+	}
 	for _, c := range m.chains {
 		writeChain(&b, c)
 	}

@@ -28,7 +28,7 @@ func TestNFTChainNamesMatchKubeProxy(t *testing.T) {
 		if got := s.NFTServiceChain(); got != c.svcChain {
 			t.Errorf("service chain of %s: %s, want %s", s.PortKey(), got, c.svcChain)
 		}
-		if got := s.NFTEndpointChain(Endpoint{c.ip, 80}); got != c.epChain {
+		if got := s.NFTEndpointChain(Endpoint{IP: c.ip, Port: 80}); got != c.epChain {
 			t.Errorf("endpoint chain of %s -> %s: %s, want %s", s.PortKey(), c.ip, got, c.epChain)
 		}
 	}
@@ -42,7 +42,7 @@ func TestNFTChainNamesMatchKubeProxy(t *testing.T) {
 	}
 	// A name longer than kube-proxy's 240-character base is cut and marked.
 	long := Service{Namespace: strings.Repeat("n", 63), Name: strings.Repeat("s", 63), PortName: strings.Repeat("p", 63), Protocol: "tcp"}
-	ep := long.NFTEndpointChain(Endpoint{"2001:db8::1234:5678:9abc:def0:1234", 65535})
+	ep := long.NFTEndpointChain(Endpoint{IP: "2001:db8::1234:5678:9abc:def0:1234", Port: 65535})
 	if len(ep) != len("endpoint-")+240 || !strings.HasSuffix(ep, "...") || strings.Contains(ep, ":") {
 		t.Errorf("long endpoint chain name (%d chars): %s", len(ep), ep)
 	}
@@ -51,9 +51,9 @@ func TestNFTChainNamesMatchKubeProxy(t *testing.T) {
 func nftTestServices() []Service {
 	return []Service{
 		{Namespace: "cnb", Name: "server", ClusterIP: "10.96.0.10", Port: 5201, Protocol: "tcp",
-			Endpoints: []Endpoint{{"10.244.1.3", 5201}, {"10.244.0.7", 5201}, {"10.244.1.9", 5201}}},
+			Endpoints: []Endpoint{{IP: "10.244.1.3", Port: 5201}, {IP: "10.244.0.7", Port: 5201}, {IP: "10.244.1.9", Port: 5201}}},
 		{Namespace: "cnb", Name: "dns", PortName: "dns", ClusterIP: "10.96.0.12", Port: 53, Protocol: "udp",
-			Endpoints: []Endpoint{{"10.244.0.8", 5353}}},
+			Endpoints: []Endpoint{{IP: "10.244.0.8", Port: 5353}}},
 		{Namespace: "cnb", Name: "empty", PortName: "http", ClusterIP: "10.96.0.11", Port: 80, Protocol: "tcp"},
 	}
 }
@@ -72,7 +72,7 @@ func TestRenderNFTables(t *testing.T) {
 		t.Errorf("only the table itself may be deleted, nothing flushed")
 	}
 	svc := svcs[0].NFTServiceChain()
-	ep := func(s Service, ip string, port int) string { return s.NFTEndpointChain(Endpoint{ip, port}) }
+	ep := func(s Service, ip string, port int) string { return s.NFTEndpointChain(Endpoint{IP: ip, Port: port}) }
 	for _, want := range []string{
 		"add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ;",
 		"add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }",
@@ -173,7 +173,7 @@ func TestRenderNFTablesElementBatches(t *testing.T) {
 	var svcs []Service
 	for i := 0; i < 2500; i++ {
 		svcs = append(svcs, Service{Namespace: "cnb", Name: fmt.Sprintf("s%05d", i), ClusterIP: fmt.Sprintf("10.96.%d.%d", i/256, i%256),
-			Port: 80, Protocol: "tcp", Endpoints: []Endpoint{{fmt.Sprintf("10.244.%d.%d", i/256, i%256), 80}}})
+			Port: 80, Protocol: "tcp", Endpoints: []Endpoint{{IP: fmt.Sprintf("10.244.%d.%d", i/256, i%256), Port: 80}}})
 	}
 	out, cnt := RenderNFTables(svcs, Options{})
 	if n := strings.Count(string(out), "add element ip kube-proxy service-ips {"); n != 3 {
@@ -277,4 +277,42 @@ func TestApplyNFTablesReplaces(t *testing.T) {
 // tests clear the table: the lab replaces it, and deletes the namespace at the end.
 func DeleteNFTables() []byte {
 	return []byte("add table ip " + NFTable + "\ndelete table ip " + NFTable + "\n")
+}
+
+// The NodePort objects: counted, in the text as declared, and a NodePort Service without
+// endpoints rejected (the recorded dumps have none).
+func TestRenderNFTablesNodePorts(t *testing.T) {
+	svcs := nodePortServices([5]string{"10.96.0.10", "10.96.0.11", "10.96.0.12", "10.96.0.13", "10.96.0.14"})
+	svcs = append(svcs, Service{Namespace: "cnb", Name: "empty", ClusterIP: "10.96.0.15", Port: 80, Protocol: "tcp", NodePort: 30009})
+	out, cnt := RenderNFTables(svcs, Options{ClusterCIDR: "10.244.0.0/16", NodeName: "node0", NodeIPs: []string{"172.30.0.10", "10.244.0.1"}})
+	s := string(out)
+	for _, want := range []string{
+		"add element ip kube-proxy nodeport-ips { 172.30.0.10, 10.244.0.1 }\n",
+		`add element ip kube-proxy no-endpoint-nodeports { tcp . 30009 comment "cnb/empty" : goto reject-chain, tcp . 30082 comment "cnbrec/np-local-remote:http" : drop }` + "\n",
+		"add rule ip kube-proxy filter-input ct state new jump nodeport-endpoints-check\n",
+		"add rule ip kube-proxy " + svcs[4].NFTExternalChain() + " goto " + svcs[4].NFTLocalChain() + "\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("missing %q in\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, svcs[5].NFTLocalChain()) || strings.Contains(s, svcs[6].NFTExternalChain()) {
+		t.Error("a local chain without local endpoints, or an external chain without endpoints")
+	}
+	// 12 base + nodeport-endpoints-check; web 3, np-cluster 4, np-local 5, np-local-remote 3.
+	// Rules: 16 base + 3 NodePort; web 6, np-cluster 6+2 (external), np-local 6+4+1 (local),
+	// np-local-remote 4+3. Elements: 7 ClusterIPs, 4 service-ips, 3 no-endpoint-services,
+	// 2 nodeport-ips, 3 service-nodeports, 2 no-endpoint-nodeports.
+	if cnt.Services != 7 || cnt.Endpoints != 7 || cnt.Chains != 13+15 || cnt.Rules != 19+6+8+11+7 || cnt.Elements != 7+4+3+2+3+2 {
+		t.Errorf("counts %+v", cnt)
+	}
+	if n := strings.Count(s, "\nadd rule "); n != cnt.Rules {
+		t.Errorf("%d rules in the text, counts say %d", n, cnt.Rules)
+	}
+	if n := strings.Count(s, "\nadd chain "); n != cnt.Chains {
+		t.Errorf("%d chains in the text, counts say %d", n, cnt.Chains)
+	}
+	if err := ApplyNFTables(scratchNS(t), out); err != nil {
+		t.Errorf("the kernel refuses it: %v", err)
+	}
 }

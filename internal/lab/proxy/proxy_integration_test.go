@@ -135,34 +135,13 @@ func serviceDelivers(t *testing.T, dataplane, engine string) {
 	}
 	svcs := []proxy.Service{svc, empty}
 	opt := proxy.Options{ClusterCIDR: "10.244.0.0/16"}
-	var input []byte
-	if engine == "nftables" {
-		input, _ = proxy.RenderNFTables(svcs, opt)
-	} else {
-		input, _ = proxy.RenderIPTables(svcs, opt)
-	}
+	programNodes(t, l, engine, svcs, opt)
 	for _, n := range []string{"node0", "node1"} {
 		ns, err := l.NodeNS(n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Parts().Attach.Name() == "bridge" {
-			// Bridged replies of DNATed pod-to-pod connections must pass the IP hooks.
-			if err := netns.Do(ns, func() error {
-				return os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-iptables", []byte("1"), 0o644)
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
 		path := netns.Path(ns)
-		if engine == "nftables" {
-			err = proxy.ApplyNFTables(path, input)
-		} else {
-			err = proxy.ApplyIPTables(path, "nft", input)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
 		if engine == "nftables" {
 			// The Services are in the kube-proxy table, and in no iptables chain.
 			out, err := exec.Command("nsenter", "--net="+path, "nft", "list", "map", "ip", proxy.NFTable, "service-ips").CombinedOutput()
@@ -228,6 +207,42 @@ func serviceDelivers(t *testing.T, dataplane, engine string) {
 		// be EHOSTUNREACH, a drop a timeout).
 		if res.ExitCode == 0 || took > 2*time.Second || !strings.Contains(string(res.Stderr), "Connection refused") {
 			t.Errorf("%s: exit %d after %v, want connection refused at once:\n%s", url, res.ExitCode, took.Round(time.Millisecond), res.Stderr)
+		}
+	}
+}
+
+// programNodes renders svcs with engine for every node of l (opt with the node's name and
+// address) and applies it there, after readying bridged pods' traffic for the IP hooks.
+func programNodes(t *testing.T, l *lab.Lab, engine string, svcs []proxy.Service, opt proxy.Options) {
+	t.Helper()
+	nodes, err := l.Nodes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		ns, err := l.NodeNS(n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Parts().Attach.Name() == "bridge" {
+			// Bridged replies of DNATed pod-to-pod connections must pass the IP hooks.
+			if err := netns.Do(ns, func() error {
+				return os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-iptables", []byte("1"), 0o644)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := opt
+		o.NodeName, o.NodeIPs = n.Name, []string{n.IP}
+		if engine == "nftables" {
+			input, _ := proxy.RenderNFTables(svcs, o)
+			err = proxy.ApplyNFTables(netns.Path(ns), input)
+		} else {
+			input, _ := proxy.RenderIPTables(svcs, o)
+			err = proxy.ApplyIPTables(netns.Path(ns), "nft", input)
+		}
+		if err != nil {
+			t.Fatalf("%s in %s: %v", engine, n.Name, err)
 		}
 	}
 }

@@ -33,7 +33,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -265,26 +264,6 @@ func usableHelpers(pt ebpf.ProgramType) error {
 	}
 	if err := features.HaveProgramHelper(pt, asm.FnLoop); err != nil {
 		return fmt.Errorf("the kernel has no bpf_loop helper for %s programs (needs Linux 5.17+): %w", pt, err)
-	}
-	return nil
-}
-
-// usableTCX says why tcx links cannot be attached (Linux 6.6).
-func usableTCX() error {
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "MIT",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
-	if err != nil {
-		return fmt.Errorf("load a tc program: %w", err)
-	}
-	defer prog.Close()
-	// No interface has this index: a kernel with tcx says ENODEV, one without says it does
-	// not know the attach type.
-	l, err := link.AttachTCX(link.TCXOptions{Program: prog, Interface: math.MaxInt32, Attach: ebpf.AttachTCXIngress})
-	if err == nil {
-		return l.Close()
-	}
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		return fmt.Errorf("the kernel has no tcx links (needs Linux 6.6+): %w", err)
 	}
 	return nil
 }

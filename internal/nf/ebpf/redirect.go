@@ -27,7 +27,7 @@ var redirectUsable = sync.OnceValue(func() error {
 	if err := usableHelpers(ebpf.SchedCLS); err != nil {
 		return err
 	}
-	if err := usableTCX(); err != nil {
+	if err := nf.HaveTCX(); err != nil {
 		return err
 	}
 	fw, fwd, err := loadRedirect(oneRule, map[uint32]uint32{1: 1})

@@ -27,7 +27,7 @@ var tcUsable = sync.OnceValue(func() error {
 	if err := usableHelpers(ebpf.SchedCLS); err != nil {
 		return err
 	}
-	if err := usableTCX(); err != nil {
+	if err := nf.HaveTCX(); err != nil {
 		return err
 	}
 	objs, err := loadTC(oneRule, 1, 1)

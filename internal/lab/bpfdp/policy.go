@@ -1,0 +1,125 @@
+package bpfdp
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/cnibench/cnibench/internal/lab/policy"
+)
+
+// Pins of the policy engine (bpf/policy.c) in a node's directory.
+const (
+	polProg    = "pol_check"
+	polEps     = "pol_check_eps"
+	polIPCache = "pol_check_ipcache"
+	polRules   = "pol_check_rules"
+	polCT      = "pol_check_ct"
+	polStats   = "pol_check_stats"
+)
+
+// PolicyUsable says why the eBPF policy engine cannot run here (nil when it can).
+var PolicyUsable = sync.OnceValue(func() error {
+	if err := LBUsable(); err != nil { // tc programs and tcx links, as the load balancer
+		return err
+	}
+	var objs polCheckObjects
+	if err := loadPolCheckObjects(&objs, nil); err != nil {
+		return fmt.Errorf("the eBPF policy engine does not load on this kernel: %w", err)
+	}
+	return objs.Close()
+})
+
+// loadPolicy loads the node's policy engine and pins it, unless it is pinned already. Caller
+// holds the node's lock.
+func (n Node) loadPolicy() error {
+	if err := n.mounted(); err != nil {
+		return err
+	}
+	if n.pinned(polProg) {
+		return nil
+	}
+	var objs polCheckObjects
+	if err := loadSpecOf(loadPolCheck, &objs); err != nil {
+		return err
+	}
+	defer objs.Close()
+	if err := n.pinAll(map[string]interface{ Pin(string) error }{polEps: objs.PolEps, polIPCache: objs.Ipcache,
+		polRules: objs.PolRules, polCT: objs.PolCt, polStats: objs.PolStats}); err != nil {
+		return err
+	}
+	return objs.PolCheck.Pin(n.path(polProg)) // last: its pin says the rest is there
+}
+
+// loadSpecOf loads a bpf2go collection into objs.
+func loadSpecOf(spec func() (*ebpf.CollectionSpec, error), objs any) error {
+	s, err := spec()
+	if err != nil {
+		return err
+	}
+	return loadSpec(s, objs)
+}
+
+// AttachPolicy loads the node's policy engine if need be and attaches it to the tcx ingress
+// of the interfaces devs (every interface but loopback and bridges when none is named), after
+// the Service load balancer and before the pod forwarding.
+func (n Node) AttachPolicy(devs ...string) error {
+	defer n.lock()()
+	if err := n.loadPolicy(); err != nil {
+		return err
+	}
+	return n.attachIngress(polProg, devs)
+}
+
+// ruleKey is a BPFRule as the LPM key of pol_rules (bpf/policy.c): endpoint, identity and
+// direction always, then the protocol and PortBits bits of the port in network byte order.
+func ruleKey(r policy.BPFRule) polCheckRuleKey {
+	k := polCheckRuleKey{Prefixlen: 72, Ep: r.Endpoint, Identity: r.Identity, Proto: r.Proto, Port: be16(r.Port)}
+	if r.Egress {
+		k.Egress = 1
+	}
+	if r.Proto != 0 {
+		k.Prefixlen = 80 + uint32(r.PortBits)
+	}
+	return k
+}
+
+// SetPolicy makes the node's policy engine hold exactly b (loading it if need be): the IP
+// cache and the rules first, the endpoints (which turn the checks on) last, then what is no
+// longer wanted is deleted. Connections already admitted stay admitted.
+func (n Node) SetPolicy(b *policy.BPFPolicy) error {
+	defer n.lock()()
+	if err := n.loadPolicy(); err != nil {
+		return err
+	}
+	var ms [3]*ebpf.Map
+	for i, pin := range []string{polIPCache, polRules, polEps} {
+		m, err := ebpf.LoadPinnedMap(n.path(pin), nil)
+		if err != nil {
+			return fmt.Errorf("map %s: %w", pin, err)
+		}
+		defer m.Close()
+		ms[i] = m
+	}
+	return writePolicy(ms[0], ms[1], ms[2], b)
+}
+
+// PolicyStats are the policy engine's counters in one node, summed over CPUs.
+type PolicyStats struct {
+	Admitted    uint64 // first packets a rule admitted
+	Denied      uint64 // first packets dropped
+	Established uint64 // packets of admitted connections and their replies
+}
+
+// HasPolicy says whether the node's policy engine is loaded.
+func (n Node) HasPolicy() bool { return n.pinned(polProg) }
+
+// PolicyStats reads the node's counters.
+func (n Node) PolicyStats() (PolicyStats, error) {
+	v, err := n.counters(polStats, 3)
+	if err != nil {
+		return PolicyStats{}, err
+	}
+	return PolicyStats{Admitted: v[0], Denied: v[1], Established: v[2]}, nil
+}

@@ -1,0 +1,588 @@
+package bpfdp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/cnibench/cnibench/internal/lab/policy"
+)
+
+// PolycubeBuild is how seed 003's provider (bpf/polycube.h) is built in a node.
+type PolycubeBuild int
+
+const (
+	// PolycubeChain is the disaggregated build (bpf/polycube_chain.c): one program per cube,
+	// chained by tail calls through the node's patch panel as each cube's forward-chain map
+	// says.
+	PolycubeChain PolycubeBuild = iota
+	// PolycubeMono is the monolithic build (bpf/polycube_mono.c): the same functions and maps
+	// called in sequence by one program per hook.
+	PolycubeMono
+)
+
+func (b PolycubeBuild) String() string {
+	if b == PolycubeMono {
+		return "mono"
+	}
+	return "chain"
+}
+
+// pcEntry are a build's programs at the node's hooks: each pod's host veth, the overlay
+// device, the underlay device.
+type pcEntry struct{ pod, ovl, net string }
+
+var pcEntries = map[PolycubeBuild]pcEntry{
+	PolycubeChain: {pod: "pc_ilb", ovl: "pc_router", net: "pc_discnat"},
+	PolycubeMono:  {pod: "pcm_from_pod", ovl: "pcm_from_ovl", net: "pcm_from_net"},
+}
+
+// The cubes, their index in the patch panel (enum pc_cube) and their ports (bpf/polycube.h).
+const (
+	pcILB, pcFW, pcRouter, pcELB, pcNAT = 0, 1, 2, 3, 4
+
+	ilbServer              = 0
+	fwPods, fwNet          = 0, 1
+	rtPods, rtPhys, rtHost = 0, 1, 2
+	rtVXLAN                = 3
+	elbInt, elbExt         = 0, 1
+	natInt, natExt         = 0, 1
+	ilbMaxPort             = 65536 // ilb_fwd's size: edge ports are host veth ifindexes
+)
+
+// Forward-chain actions (enum pc_action of bpf/polycube_chain.c).
+const (
+	pcTail          = 1
+	pcRedirectPeer  = 2
+	pcRedirectNeigh = 3
+	pcPass          = 4
+)
+
+// pcCubes name each cube's counters (the slots of its <cube>_stats map) as PolycubeCounters
+// reports them ("<cube>_<counter>").
+var pcCubes = []struct {
+	name, stats string
+	slots       []string
+}{
+	{"ilb", "ilb_stats", []string{"packets", "drops", "new", "forward", "reply", "delivered", "to_stack"}},
+	{"fw", "fw_stats", []string{"packets", "drops", "judged", "skipped"}},
+	{"router", "rt_stats", []string{"packets", "drops", "to_pods", "to_phys", "to_host", "to_vxlan", "ttl_expired"}},
+	{"elb", "elb_stats", []string{"packets", "drops", "new", "forward", "reply"}},
+	{"discnat", "nat_stats", []string{"packets", "drops", "snat_new", "snat", "rnat", "nodeport_local", "to_stack", "out"}},
+}
+
+// pcPin is where a map of the provider is pinned in a node's directory (programs are pinned
+// under their own name, which starts with "pc").
+func pcPin(mapName string) string { return "pc_" + mapName }
+
+// PolycubeUsable says why the provider cannot run here (nil when it can): tc programs, tcx
+// links, and both builds through the verifier.
+var PolycubeUsable = sync.OnceValue(func() error {
+	if err := LBUsable(); err != nil {
+		return err
+	}
+	for _, load := range []func() (*ebpf.CollectionSpec, error){loadPcChain, loadPcMono} {
+		spec, err := load()
+		if err != nil {
+			return err
+		}
+		coll, err := newCollection(spec)
+		if err != nil {
+			return fmt.Errorf("seed 003's eBPF provider does not load on this kernel: %w", err)
+		}
+		coll.Close()
+	}
+	return nil
+})
+
+// newCollection loads a collection, with the verifier's log in the error.
+func newCollection(spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
+	coll, err := ebpf.NewCollection(spec)
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return nil, fmt.Errorf("load: %+v", ve)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	return coll, nil
+}
+
+// PolycubeConfig is what a node's provider is loaded with.
+type PolycubeConfig struct {
+	NodeIP      netip.Addr     // the node's underlay address: NodePorts are served on it
+	PodCIDR     netip.Prefix   // the node's pod CIDR: its first address is the fictitious pod
+	ClusterCIDR netip.Prefix   // every node's pods: the router sends them to the overlay
+	Blocks      []netip.Prefix // the node's own blocks (pod CIDR, silent pods): to the pods
+	Overlay     string         // the VXLAN device (the router's VXLAN port)
+	Underlay    string         // the underlay device (DISC-NAT's external port)
+}
+
+// pcBuild reports which build the node holds (ok false: none yet). Caller holds the lock.
+func (n Node) pcBuild() (PolycubeBuild, bool) {
+	for _, b := range []PolycubeBuild{PolycubeChain, PolycubeMono} {
+		if n.pinned(pcEntries[b].net) {
+			return b, true
+		}
+	}
+	return 0, false
+}
+
+// PolycubeBuildOf reports which build of the provider the node holds (ok false: none).
+func (n Node) PolycubeBuildOf() (PolycubeBuild, bool) {
+	defer n.lock()()
+	return n.pcBuild()
+}
+
+func (n Node) pcMap(name string) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(n.path(pcPin(name)), nil)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", pcPin(name), err)
+	}
+	return m, nil
+}
+
+// SetupPolycube loads the node's provider in build b, pins it and attaches its entries to the
+// overlay and underlay devices (call it once they exist and before any pod). The
+// disaggregated build's cubes are wired as seed 003 draws them, without the firewall (the
+// policy engine connects it: PolycubeFirewall).
+func (n Node) SetupPolycube(b PolycubeBuild, c PolycubeConfig) error {
+	defer n.lock()()
+	if err := n.mounted(); err != nil {
+		return err
+	}
+	e := pcEntries[b]
+	if have, ok := n.pcBuild(); ok {
+		if have != b {
+			return fmt.Errorf("node %s holds the %s build of the polycube provider, not %s", n.NS, have, b)
+		}
+	} else if err := n.loadPolycube(b, c); err != nil {
+		return err
+	}
+	if err := n.attachIngress(e.ovl, []string{c.Overlay}); err != nil {
+		return err
+	}
+	return n.attachIngress(e.net, []string{c.Underlay})
+}
+
+// loadPolycube loads, configures and pins a build. Caller holds the lock.
+func (n Node) loadPolycube(b PolycubeBuild, c PolycubeConfig) error {
+	if !c.NodeIP.Is4() || !c.PodCIDR.Addr().Is4() || !c.ClusterCIDR.Addr().Is4() {
+		return fmt.Errorf("polycube provider: want IPv4 addresses (node %s, pod CIDR %s, cluster CIDR %s)", c.NodeIP, c.PodCIDR, c.ClusterCIDR)
+	}
+	h, err := n.netlink()
+	if err != nil {
+		return err
+	}
+	idx := map[string]int{}
+	for _, d := range []string{c.Overlay, c.Underlay} {
+		l, err := h.LinkByName(d)
+		if err != nil {
+			h.Close()
+			return fmt.Errorf("interface %s in %s: %w", d, n.NS, err)
+		}
+		idx[d] = l.Attrs().Index
+	}
+	h.Close()
+	load := loadPcChain
+	if b == PolycubeMono {
+		load = loadPcMono
+	}
+	spec, err := load()
+	if err != nil {
+		return err
+	}
+	fict := c.PodCIDR.Masked().Addr()
+	vars := map[string]uint32{"node_ip": be32(c.NodeIP), "fict_ip": be32(fict)}
+	if b == PolycubeMono {
+		vars["vxlan_ifindex"] = uint32(idx[c.Overlay])
+		vars["eth0_ifindex"] = uint32(idx[c.Underlay])
+	}
+	for name, v := range vars {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	coll, err := newCollection(spec)
+	if err != nil {
+		return err
+	}
+	defer coll.Close()
+
+	// The router's routes: the node's blocks to the pods, its own address to the host, the
+	// rest of the cluster to the overlay, the fictitious pod and everything else to the
+	// physical side (ELB, DISC-NAT).
+	routes := map[netip.Prefix]uint32{
+		netip.PrefixFrom(c.NodeIP, 32):     rtHost,
+		netip.PrefixFrom(fict, 32):         rtPhys,
+		c.ClusterCIDR.Masked():             rtVXLAN,
+		netip.MustParsePrefix("0.0.0.0/0"): rtPhys,
+	}
+	for _, p := range append([]netip.Prefix{c.PodCIDR}, c.Blocks...) {
+		routes[p.Masked()] = rtPods
+	}
+	for p, port := range routes {
+		k := pcChainRtKey{Prefixlen: uint32(p.Bits()), Addr: be32(p.Addr())}
+		if err := coll.Maps["rt_routes"].Update(&k, &pcChainRtRoute{Port: port}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("route %s: %w", p, err)
+		}
+	}
+	if b == PolycubeChain {
+		tail := func(cube, port int) pcChainPcPeer {
+			return pcChainPcPeer{Action: pcTail, Port: uint16(port), Target: uint32(cube)}
+		}
+		fwd := map[string]map[uint32]pcChainPcPeer{
+			"ilb_fwd": {ilbServer: tail(pcRouter, rtPods)},
+			"fw_fwd":  {fwPods: tail(pcILB, ilbServer), fwNet: tail(pcRouter, rtPods)},
+			"rt_fwd": {rtPods: tail(pcILB, ilbServer), rtPhys: tail(pcELB, elbInt), rtHost: {Action: pcPass},
+				rtVXLAN: {Action: pcRedirectNeigh, Target: uint32(idx[c.Overlay])}},
+			"elb_fwd": {elbInt: tail(pcRouter, rtPhys), elbExt: tail(pcNAT, natInt)},
+			"nat_fwd": {natInt: tail(pcELB, elbExt), natExt: {Action: pcRedirectNeigh, Target: uint32(idx[c.Underlay])}},
+		}
+		for name, ports := range fwd {
+			for port, peer := range ports {
+				if err := coll.Maps[name].Update(port, &peer, ebpf.UpdateAny); err != nil {
+					return fmt.Errorf("%s port %d: %w", name, port, err)
+				}
+			}
+		}
+		for i, name := range []string{"pc_ilb", "pc_fw", "pc_router", "pc_elb", "pc_discnat"} {
+			if err := coll.Maps["panel"].Update(uint32(i), coll.Programs[name], ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("patch panel %d: %w", i, err)
+			}
+		}
+	}
+
+	for name, m := range coll.Maps {
+		if name == "" || name[0] == '.' { // .rodata: the programs hold it
+			continue
+		}
+		if err := m.Pin(n.path(pcPin(name))); err != nil {
+			return fmt.Errorf("pin %s: %w", n.path(pcPin(name)), err)
+		}
+	}
+	for name, p := range coll.Programs {
+		if name == pcEntries[b].net {
+			continue
+		}
+		if err := p.Pin(n.path(name)); err != nil {
+			return fmt.Errorf("pin %s: %w", n.path(name), err)
+		}
+	}
+	// Last: its pin says the rest is there.
+	return coll.Programs[pcEntries[b].net].Pin(n.path(pcEntries[b].net))
+}
+
+// PolycubeAddPod gives a pod of the node an edge port of the ILB (its address, its host veth
+// and the MACs the ILB writes into packets for it) and attaches the build's pod entry to its
+// host veth.
+func (n Node) PolycubeAddPod(ip netip.Addr, hostVeth string, podMAC net.HardwareAddr) error {
+	defer n.lock()()
+	b, ok := n.pcBuild()
+	if !ok {
+		return fmt.Errorf("node %s has no polycube provider", n.NS)
+	}
+	h, err := n.netlink()
+	if err != nil {
+		return err
+	}
+	lk, err := h.LinkByName(hostVeth)
+	h.Close()
+	if err != nil {
+		return fmt.Errorf("host interface %s in %s: %w", hostVeth, n.NS, err)
+	}
+	if len(podMAC) != 6 || len(lk.Attrs().HardwareAddr) != 6 || !ip.Is4() {
+		return fmt.Errorf("pod %s: want an IPv4 address and Ethernet interfaces", ip)
+	}
+	ifindex := uint32(lk.Attrs().Index)
+	if ifindex >= ilbMaxPort {
+		return fmt.Errorf("host interface %s has index %d: the ILB's edge ports stop at %d", hostVeth, ifindex, ilbMaxPort-1)
+	}
+	if b == PolycubeChain {
+		m, err := n.pcMap("ilb_fwd")
+		if err != nil {
+			return err
+		}
+		err = m.Update(ifindex, &pcChainPcPeer{Action: pcRedirectPeer, Target: ifindex}, ebpf.UpdateAny)
+		m.Close()
+		if err != nil {
+			return fmt.Errorf("edge port %d: %w", ifindex, err)
+		}
+	}
+	m, err := n.pcMap("ilb_edges")
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	e := pcChainPcEdge{Ifindex: ifindex}
+	copy(e.Mac[:], podMAC)
+	copy(e.HostMac[:], lk.Attrs().HardwareAddr)
+	if err := m.Update(be32(ip), &e, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("edge %s: %w", ip, err)
+	}
+	return n.attachIngress(pcEntries[b].pod, []string{hostVeth})
+}
+
+// PolycubeNodePort is a NodePort of the node as the ELB and DISC-NAT hold it: packets to
+// Addr:Port over Proto go to one of Backends; Local (externalTrafficPolicy Local) keeps the
+// client's address, else DISC-NAT replaces it with the node's fictitious pod.
+type PolycubeNodePort struct {
+	Addr     netip.Addr
+	Port     uint16
+	Proto    string
+	Local    bool
+	Backends []netip.AddrPort
+}
+
+// PolycubeServices are a node's Service tables: the ILB's ClusterIPs (their Backends' Remote
+// flag unused) and the ELB's and DISC-NAT's NodePorts.
+type PolycubeServices struct {
+	ClusterIPs []Service
+	NodePorts  []PolycubeNodePort
+}
+
+func protoNum(proto string) uint8 {
+	if proto == "udp" {
+		return 17
+	}
+	return 6
+}
+
+// setLBTable makes a load balancer's table hold exactly svcs: backends first, the Services
+// that count them next, then what is no longer wanted goes.
+func setLBTable(sm, bm *ebpf.Map, svcs []Service) error {
+	var (
+		sk   []pcChainPcSvcKey
+		sv   []pcChainPcSvc
+		bk   []pcChainPcBeKey
+		bv   []pcChainPcAddr
+		want = map[pcChainPcSvcKey]uint32{}
+	)
+	for _, s := range svcs {
+		k := pcChainPcSvcKey{Addr: be32(s.Addr), Port: be16(s.Port), Proto: protoNum(s.Proto)}
+		if _, dup := want[k]; dup {
+			return fmt.Errorf("service %s twice", s.key())
+		}
+		want[k] = uint32(len(s.Backends))
+		sk, sv = append(sk, k), append(sv, pcChainPcSvc{Count: uint32(len(s.Backends))})
+		for i, b := range s.Backends {
+			bk = append(bk, pcChainPcBeKey{Svc: k, Slot: uint32(i)})
+			bv = append(bv, pcChainPcAddr{Addr: be32(b.Addr()), Port: be16(b.Port())})
+		}
+	}
+	if err := batchUpdate(bm, bk, bv); err != nil {
+		return fmt.Errorf("backends: %w", err)
+	}
+	if err := batchUpdate(sm, sk, sv); err != nil {
+		return fmt.Errorf("services: %w", err)
+	}
+	if err := deleteWhere(bm, func(b pcChainPcBeKey) bool { c, ok := want[b.Svc]; return !ok || b.Slot >= c }); err != nil {
+		return fmt.Errorf("backends: %w", err)
+	}
+	if err := deleteWhere(sm, func(k pcChainPcSvcKey) bool { _, ok := want[k]; return !ok }); err != nil {
+		return fmt.Errorf("services: %w", err)
+	}
+	return nil
+}
+
+// PolycubeSetServices makes the node's ILB, ELB and DISC-NAT hold exactly s. Sessions already
+// in their tables keep their backend.
+func (n Node) PolycubeSetServices(s PolycubeServices) error {
+	defer n.lock()()
+	if _, ok := n.pcBuild(); !ok {
+		return fmt.Errorf("node %s has no polycube provider", n.NS)
+	}
+	ms := map[string]*ebpf.Map{}
+	for _, name := range []string{"ilb_svc", "ilb_be", "elb_svc", "elb_be", "nat_ports"} {
+		m, err := n.pcMap(name)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		ms[name] = m
+	}
+	if err := setLBTable(ms["ilb_svc"], ms["ilb_be"], s.ClusterIPs); err != nil {
+		return fmt.Errorf("ILB: %w", err)
+	}
+	var elb []Service
+	ports := map[pcChainNatPortKey]pcChainNatPort{}
+	for _, np := range s.NodePorts {
+		svc := Service{Addr: np.Addr, Port: np.Port, Proto: np.Proto, NodePort: true}
+		for _, b := range np.Backends {
+			svc.Backends = append(svc.Backends, Backend{AddrPort: b})
+		}
+		elb = append(elb, svc)
+		k := pcChainNatPortKey{Port: be16(np.Port), Proto: protoNum(np.Proto)}
+		v := pcChainNatPort{}
+		if np.Local {
+			v.Local = 1
+		}
+		if old, dup := ports[k]; dup && old != v {
+			return fmt.Errorf("NodePort %s/%d: Local and Cluster at once", np.Proto, np.Port)
+		}
+		ports[k] = v
+	}
+	// DISC-NAT's NodePorts first: a NodePort the ELB knows but DISC-NAT does not goes up the
+	// stack, which is what a NodePort being set up should do.
+	keys := make([]pcChainNatPortKey, 0, len(ports))
+	for k := range ports {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].Port < keys[j].Port || keys[i].Port == keys[j].Port && keys[i].Proto < keys[j].Proto
+	})
+	vals := make([]pcChainNatPort, len(keys))
+	for i, k := range keys {
+		vals[i] = ports[k]
+	}
+	if err := setLBTable(ms["elb_svc"], ms["elb_be"], elb); err != nil {
+		return fmt.Errorf("ELB: %w", err)
+	}
+	if err := batchUpdate(ms["nat_ports"], keys, vals); err != nil {
+		return fmt.Errorf("DISC-NAT NodePorts: %w", err)
+	}
+	if err := deleteWhere(ms["nat_ports"], func(k pcChainNatPortKey) bool { _, ok := ports[k]; return !ok }); err != nil {
+		return fmt.Errorf("DISC-NAT NodePorts: %w", err)
+	}
+	return nil
+}
+
+// PolycubeFirewall puts the firewall cube in the node's chain, between the ILB and the router
+// (idempotent): the disaggregated build rewires the two cubes' forward-chain maps, the
+// monolithic one turns the firewall on in its configuration.
+func (n Node) PolycubeFirewall() error {
+	defer n.lock()()
+	return n.pcFirewall()
+}
+
+func (n Node) pcFirewall() error {
+	b, ok := n.pcBuild()
+	if !ok {
+		return fmt.Errorf("node %s has no polycube provider", n.NS)
+	}
+	if b == PolycubeMono {
+		m, err := n.pcMap("mono_cfg")
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		return m.Update(uint32(0), uint32(1), ebpf.UpdateAny)
+	}
+	for name, v := range map[string]struct {
+		port uint32
+		peer pcChainPcPeer
+	}{
+		"ilb_fwd": {ilbServer, pcChainPcPeer{Action: pcTail, Port: fwPods, Target: pcFW}},
+		"rt_fwd":  {rtPods, pcChainPcPeer{Action: pcTail, Port: fwNet, Target: pcFW}},
+	} {
+		m, err := n.pcMap(name)
+		if err != nil {
+			return err
+		}
+		err = m.Update(v.port, &v.peer, ebpf.UpdateAny)
+		m.Close()
+		if err != nil {
+			return fmt.Errorf("%s port %d: %w", name, v.port, err)
+		}
+	}
+	return nil
+}
+
+// PolycubeSetPolicy puts the firewall cube in the node's chain and makes its maps hold
+// exactly pol (as SetPolicy does for pol_check): the IP cache and the rules first, the
+// endpoints (which turn the checks on) last, then what is no longer wanted is deleted.
+func (n Node) PolycubeSetPolicy(pol *policy.BPFPolicy) error {
+	defer n.lock()()
+	if err := n.pcFirewall(); err != nil {
+		return err
+	}
+	var ms [3]*ebpf.Map
+	for i, name := range []string{"ipcache", "pol_rules", "pol_eps"} {
+		m, err := n.pcMap(name)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		ms[i] = m
+	}
+	return writePolicy(ms[0], ms[1], ms[2], pol)
+}
+
+// writePolicy makes the policy maps (pol.h's layout: an IP cache, rules, endpoints) hold
+// exactly b: the IP cache and the rules first, the endpoints (which turn the checks on) last,
+// then what is no longer wanted is deleted. The policy engine's and the polycube firewall's
+// maps are written by it.
+func writePolicy(ipc, rules, eps *ebpf.Map, b *policy.BPFPolicy) error {
+	ck := make([]polCheckIpcKey, len(b.IPCache))
+	cv := make([]uint32, len(b.IPCache))
+	wantC := make(map[polCheckIpcKey]bool, len(b.IPCache))
+	for i, e := range b.IPCache {
+		if !e.Prefix.Addr().Is4() {
+			return fmt.Errorf("ip cache entry %s is not IPv4", e.Prefix)
+		}
+		ck[i] = polCheckIpcKey{Prefixlen: uint32(e.Prefix.Bits()), Addr: be32(e.Prefix.Masked().Addr())}
+		cv[i] = e.Identity
+		wantC[ck[i]] = true
+	}
+	rk := make([]polCheckRuleKey, len(b.Rules))
+	rv := make([]uint8, len(b.Rules))
+	wantR := make(map[polCheckRuleKey]bool, len(b.Rules))
+	for i, r := range b.Rules {
+		rk[i], rv[i] = ruleKey(r), 1
+		wantR[rk[i]] = true
+	}
+	ek := make([]uint32, len(b.Endpoints))
+	ev := make([]polCheckPolEp, len(b.Endpoints))
+	wantE := make(map[uint32]bool, len(b.Endpoints))
+	for i, e := range b.Endpoints {
+		ek[i] = be32(e.IP)
+		ev[i] = polCheckPolEp{Id: e.ID}
+		if e.Ingress {
+			ev[i].Ingress = 1
+		}
+		if e.Egress {
+			ev[i].Egress = 1
+		}
+		wantE[ek[i]] = true
+	}
+	if err := batchUpdate(ipc, ck, cv); err != nil {
+		return fmt.Errorf("ip cache: %w", err)
+	}
+	if err := batchUpdate(rules, rk, rv); err != nil {
+		return fmt.Errorf("rules: %w", err)
+	}
+	if err := batchUpdate(eps, ek, ev); err != nil {
+		return fmt.Errorf("endpoints: %w", err)
+	}
+	return errors.Join(deleteWhere(eps, func(k uint32) bool { return !wantE[k] }),
+		deleteWhere(rules, func(k polCheckRuleKey) bool { return !wantR[k] }),
+		deleteWhere(ipc, func(k polCheckIpcKey) bool { return !wantC[k] }))
+}
+
+// PolycubeCounters reads the node's per-cube counters, summed over CPUs, as
+// "<cube>_<counter>" (ilb_packets, router_to_vxlan, discnat_snat_new, ...; the firewall's
+// policy decisions as fw_admitted, fw_denied, fw_established). Both builds count the same way:
+// a cube's packets are the packets its function was called on.
+func (n Node) PolycubeCounters() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for _, c := range pcCubes {
+		v, err := n.counters(pcPin(c.stats), len(c.slots))
+		if err != nil {
+			return nil, err
+		}
+		for i, s := range c.slots {
+			out[c.name+"_"+s] = v[i]
+		}
+	}
+	v, err := n.counters(pcPin("pol_stats"), 3)
+	if err != nil {
+		return nil, err
+	}
+	out["fw_admitted"], out["fw_denied"], out["fw_established"] = v[0], v[1], v[2]
+	return out, nil
+}

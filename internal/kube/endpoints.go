@@ -48,16 +48,10 @@ func (c *Cluster) TrackEndpoints(ctx context.Context, service string) (cluster.E
 			if err != nil {
 				return nil, "", err
 			}
-			out := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				out[i] = &l.Items[i]
-			}
-			return out, l.ResourceVersion, nil
+			return asObjects(l.Items), l.ResourceVersion, nil
 		},
 		watch: func(ctx context.Context, rv string) (watch.Interface, error) {
-			o := podOpts
-			o.ResourceVersion, o.AllowWatchBookmarks = rv, true
-			return c.cs.CoreV1().Pods(c.ns).Watch(ctx, o)
+			return c.cs.CoreV1().Pods(c.ns).Watch(ctx, resumeAt(podOpts, rv))
 		},
 		sync:   t.syncPods,
 		handle: t.pod,
@@ -68,16 +62,10 @@ func (c *Cluster) TrackEndpoints(ctx context.Context, service string) (cluster.E
 			if err != nil {
 				return nil, "", err
 			}
-			out := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				out[i] = &l.Items[i]
-			}
-			return out, l.ResourceVersion, nil
+			return asObjects(l.Items), l.ResourceVersion, nil
 		},
 		watch: func(ctx context.Context, rv string) (watch.Interface, error) {
-			o := sliceOpts
-			o.ResourceVersion, o.AllowWatchBookmarks = rv, true
-			return c.cs.DiscoveryV1().EndpointSlices(c.ns).Watch(ctx, o)
+			return c.cs.DiscoveryV1().EndpointSlices(c.ns).Watch(ctx, resumeAt(sliceOpts, rv))
 		},
 		sync:   t.syncSlices,
 		handle: t.slice,
@@ -323,4 +311,22 @@ func (t *kubeTrack) setLocked(at time.Time, quiet bool) {
 	if !quiet {
 		t.events = append(t.events, cluster.EndpointEvent{Kind: cluster.EndpointsSet, At: at, Endpoints: slices.Clone(set)})
 	}
+}
+
+// asObjects are a list's items as the objects a watch delivers.
+func asObjects[E any, P interface {
+	*E
+	runtime.Object
+}](items []E) []runtime.Object {
+	out := make([]runtime.Object, len(items))
+	for i := range items {
+		out[i] = P(&items[i])
+	}
+	return out
+}
+
+// resumeAt is a watch's options resuming at resource version rv, with bookmarks.
+func resumeAt(o metav1.ListOptions, rv string) metav1.ListOptions {
+	o.ResourceVersion, o.AllowWatchBookmarks = rv, true
+	return o
 }

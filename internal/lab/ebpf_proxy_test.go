@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -434,45 +432,6 @@ func TestEBPFProxy10kServices(t *testing.T) {
 	}
 }
 
-// ebpfChildEnv makes TestEBPFProxyKilledOwner a lab owner to be killed (the value is the prefix).
-const ebpfChildEnv = "CNIBENCH_EBPF_CHILD"
-
-// TestEBPFProxyKilledOwner is the child of TestEBPFProxySIGKILLClean (it does nothing
-// otherwise): it brings up a calico lab with the eBPF proxy, a pod and a Service, says
-// "ready PREFIX" on stdout and waits to be killed (it cleans up by itself after a minute).
-func TestEBPFProxyKilledOwner(t *testing.T) {
-	prefix := os.Getenv(ebpfChildEnv)
-	if prefix == "" {
-		t.Skip("the child of TestEBPFProxySIGKILLClean")
-	}
-	ctx := context.Background()
-	l, err := Up(ctx, Config{Prefix: prefix, Dataplane: "calico", Proxy: "ebpf"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close(ctx)
-	sel := map[string]string{"app": "p"}
-	if _, err := l.CreatePod(ctx, cluster.PodSpec{Name: "p", Node: "node0", Labels: sel}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.CreateServices(ctx, []cluster.ServiceSpec{{Name: "s", Selector: sel, Ports: []cluster.ServicePort{{Port: 80, Protocol: "tcp"}}}}); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("ready %s\n", prefix)
-	time.Sleep(time.Minute)
-}
-
-// drained is closed once c is closed, whatever was sent on it meanwhile.
-func drained(c <-chan string) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		for range c {
-		}
-		close(done)
-	}()
-	return done
-}
-
 // TestEBPFProxySIGKILLClean: a run SIGKILLed while its eBPF lab stands leaves the pins of its
 // load balancer, which keep the programs in the kernel after their process is gone; `lab clean`
 // (cleanLabs, the owner being dead) removes the lab and with the pins the programs.
@@ -480,42 +439,7 @@ func TestEBPFProxySIGKILLClean(t *testing.T) {
 	needEBPFProxy(t)
 	prefix := testPrefix()
 	before := lbPrograms(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEBPFProxyKilledOwner$", "-test.count=1")
-	cmd.Env = append(os.Environ(), ebpfChildEnv+"="+prefix)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = Clean(prefix) })
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := false
-	t.Cleanup(func() {
-		if !waited {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "ready ") {
-				ready <- strings.TrimPrefix(sc.Text(), "ready ")
-			}
-		}
-		close(ready)
-	}()
-	select {
-	case got, ok := <-ready:
-		if !ok || got != prefix {
-			t.Fatalf("child said %q (%v), want ready %s", got, ok, prefix)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("child not ready after 30 s")
-	}
+	owner := startKilledOwner(t, prefix, "calico", "ebpf")
 
 	var mounts []string
 	for _, l := range Leftovers(prefix) {
@@ -535,18 +459,7 @@ func TestEBPFProxySIGKILLClean(t *testing.T) {
 		t.Errorf("load balancer programs loaded since the test began %v, want those the child pinned %v", child, pinned)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	select { // its stdout read to the end before Wait closes it
-	case <-drained(ready):
-	case <-time.After(5 * time.Second):
-	}
-	err = cmd.Wait()
-	waited = true
-	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child ended with %v, want killed", err)
-	}
+	owner.kill(t)
 	// The owner is dead; its pins keep the programs alive.
 	if r, err := Owner(prefix); err != nil || r.Alive() {
 		t.Fatalf("owner of %s after the kill: %+v %v", prefix, r, err)

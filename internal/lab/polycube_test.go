@@ -8,11 +8,9 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -553,35 +551,6 @@ func TestPolycubeNetworkPolicies(t *testing.T) {
 	}
 }
 
-// pcChildEnv makes TestPolycubeKilledOwner a lab owner to be killed (the value is
-// "PREFIX DATAPLANE").
-const pcChildEnv = "CNIBENCH_PC_CHILD"
-
-// TestPolycubeKilledOwner is the child of TestPolycubeSIGKILLClean (it does nothing otherwise):
-// it brings up a lab of a polycube preset with a pod and a Service, says "ready PREFIX" on
-// stdout and waits to be killed (it cleans up by itself after a minute).
-func TestPolycubeKilledOwner(t *testing.T) {
-	prefix, dp, _ := strings.Cut(os.Getenv(pcChildEnv), " ")
-	if prefix == "" {
-		t.Skip("the child of TestPolycubeSIGKILLClean")
-	}
-	ctx := context.Background()
-	l, err := Up(ctx, Config{Prefix: prefix, Dataplane: dp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close(ctx)
-	sel := map[string]string{"app": "p"}
-	if _, err := l.CreatePod(ctx, cluster.PodSpec{Name: "p", Node: "node0", Labels: sel}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.CreateServices(ctx, []cluster.ServiceSpec{{Name: "s", Selector: sel, NodePort: true, Ports: []cluster.ServicePort{{Port: 80, Protocol: "tcp"}}}}); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("ready %s\n", prefix)
-	time.Sleep(time.Minute)
-}
-
 // TestPolycubeSIGKILLClean: a run SIGKILLed while its polycube lab stands (either build) leaves
 // the pins of its programs and maps (the patch panel among them), which keep them in the kernel
 // after the process is gone; `lab clean` removes the lab and with the pins the programs and maps.
@@ -595,42 +564,7 @@ func polycubeSIGKILLClean(t *testing.T, dp string) {
 	needPolycube(t)
 	prefix := testPrefix()
 	before := pcObjects(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPolycubeKilledOwner$", "-test.count=1")
-	cmd.Env = append(os.Environ(), pcChildEnv+"="+prefix+" "+dp)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = Clean(prefix) })
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := false
-	t.Cleanup(func() {
-		if !waited {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "ready ") {
-				ready <- strings.TrimPrefix(sc.Text(), "ready ")
-			}
-		}
-		close(ready)
-	}()
-	select {
-	case got, ok := <-ready:
-		if !ok || got != prefix {
-			t.Fatalf("child said %q (%v), want ready %s", got, ok, prefix)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("child not ready after 30 s")
-	}
+	owner := startKilledOwner(t, prefix, dp, "")
 	child := newPCObjects(t, before)
 	if progs, maps := pcPerNode(dp); pcCount(child, "prog") != 2*progs || pcCount(child, "map") != 2*maps {
 		t.Fatalf("objects of the provider created by the child: %v, want %d programs and %d maps", child, 2*progs, 2*maps)
@@ -647,18 +581,7 @@ func polycubeSIGKILLClean(t *testing.T, dp string) {
 		}
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-drained(ready):
-	case <-time.After(5 * time.Second):
-	}
-	err = cmd.Wait()
-	waited = true
-	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child ended with %v, want killed", err)
-	}
+	owner.kill(t)
 	time.Sleep(200 * time.Millisecond)
 	if now := newPCObjects(t, before); len(now) != len(child) {
 		t.Fatalf("after the kill, objects %v, want the pinned ones %v still there", now, child)

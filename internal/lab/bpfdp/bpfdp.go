@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -45,6 +46,24 @@ func (n Node) lock() func() {
 	mu := m.(*sync.Mutex)
 	mu.Lock()
 	return mu.Unlock
+}
+
+// hostPort is a pod's host-side interface, checked to be fit for programs that deliver to the
+// pod themselves: an IPv4 pod, Ethernet on both sides (they write the MACs).
+func (n Node) hostPort(ip netip.Addr, hostVeth string, podMAC net.HardwareAddr) (netlink.Link, error) {
+	h, err := n.netlink()
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	lk, err := h.LinkByName(hostVeth)
+	if err != nil {
+		return nil, fmt.Errorf("host interface %s in %s: %w", hostVeth, n.NS, err)
+	}
+	if len(podMAC) != 6 || len(lk.Attrs().HardwareAddr) != 6 || !ip.Is4() {
+		return nil, fmt.Errorf("pod %s: want an IPv4 address and Ethernet interfaces", ip)
+	}
+	return lk, nil
 }
 
 // mounted makes sure n.Dir is a bpf file system.

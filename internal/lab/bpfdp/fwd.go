@@ -73,17 +73,9 @@ func (n Node) SetupFwd(cluster netip.Prefix) error {
 // and attaches from_pod, last of the hook, to its host interface.
 func (n Node) AddEndpoint(ip netip.Addr, hostVeth string, podMAC net.HardwareAddr) error {
 	defer n.lock()()
-	h, err := n.netlink()
+	lk, err := n.hostPort(ip, hostVeth, podMAC)
 	if err != nil {
 		return err
-	}
-	lk, err := h.LinkByName(hostVeth)
-	h.Close()
-	if err != nil {
-		return fmt.Errorf("host interface %s in %s: %w", hostVeth, n.NS, err)
-	}
-	if len(podMAC) != 6 || len(lk.Attrs().HardwareAddr) != 6 || !ip.Is4() {
-		return fmt.Errorf("endpoint %s: want an IPv4 address and Ethernet interfaces", ip)
 	}
 	m, err := ebpf.LoadPinnedMap(n.path(fwdEndpoints), nil)
 	if err != nil {

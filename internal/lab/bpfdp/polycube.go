@@ -287,17 +287,9 @@ func (n Node) PolycubeAddPod(ip netip.Addr, hostVeth string, podMAC net.Hardware
 	if !ok {
 		return fmt.Errorf("node %s has no polycube provider", n.NS)
 	}
-	h, err := n.netlink()
+	lk, err := n.hostPort(ip, hostVeth, podMAC)
 	if err != nil {
 		return err
-	}
-	lk, err := h.LinkByName(hostVeth)
-	h.Close()
-	if err != nil {
-		return fmt.Errorf("host interface %s in %s: %w", hostVeth, n.NS, err)
-	}
-	if len(podMAC) != 6 || len(lk.Attrs().HardwareAddr) != 6 || !ip.Is4() {
-		return fmt.Errorf("pod %s: want an IPv4 address and Ethernet interfaces", ip)
 	}
 	ifindex := uint32(lk.Attrs().Index)
 	if ifindex >= ilbMaxPort {

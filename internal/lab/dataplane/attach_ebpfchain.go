@@ -144,24 +144,7 @@ func (a ebpfChain) SetupNode(n Node) error {
 // pod has a /32, a default route via 169.254.1.1 and a static ARP entry for it), then gives it
 // its ILB edge port.
 func (ebpfChain) PodAdded(n Node, p PodNet) error {
-	var hostMAC net.HardwareAddr
-	err := n.Netlink(func(h *netlink.Handle) error {
-		v, err := h.LinkByName(p.HostVeth)
-		if err != nil {
-			return fmt.Errorf("host veth %q: %w", p.HostVeth, err)
-		}
-		hostMAC = v.Attrs().HardwareAddr
-		addrs, err := h.AddrList(v, netlink.FAMILY_V4)
-		if err != nil {
-			return err
-		}
-		for _, a := range addrs {
-			if err := h.AddrDel(v, &a); err != nil {
-				return err
-			}
-		}
-		return h.RouteReplace(&netlink.Route{LinkIndex: v.Attrs().Index, Dst: &net.IPNet{IP: p.IP, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK})
-	})
+	hostMAC, err := routedHostSide(n, p)
 	if err != nil {
 		return fmt.Errorf("pod %s host side: %w", p.NS, err)
 	}

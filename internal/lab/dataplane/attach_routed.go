@@ -45,23 +45,7 @@ func (routed) SetupNode(n Node) error {
 // answers ARP for 169.254.1.1 by proxy ARP; the node routes the pod's /32 to the veth; the
 // pod's default route goes via 169.254.1.1.
 func (routed) PodAdded(n Node, p PodNet) error {
-	err := n.Netlink(func(h *netlink.Handle) error {
-		v, err := h.LinkByName(p.HostVeth)
-		if err != nil {
-			return fmt.Errorf("host veth %q: %w", p.HostVeth, err)
-		}
-		addrs, err := h.AddrList(v, netlink.FAMILY_V4)
-		if err != nil {
-			return err
-		}
-		for _, a := range addrs {
-			if err := h.AddrDel(v, &a); err != nil {
-				return err
-			}
-		}
-		return h.RouteReplace(&netlink.Route{LinkIndex: v.Attrs().Index, Dst: &net.IPNet{IP: p.IP, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK})
-	})
-	if err != nil {
+	if _, err := routedHostSide(n, p); err != nil {
 		return fmt.Errorf("calico-style gateway: %w", err)
 	}
 	if err := n.Sysctl("net/ipv4/conf/"+p.HostVeth+"/proxy_arp", "1"); err != nil {
@@ -90,6 +74,30 @@ func (routed) PodAdded(n Node, p PodNet) error {
 		}
 		return h.RouteAdd(&netlink.Route{LinkIndex: idx, Gw: calicoGateway})
 	})
+}
+
+// routedHostSide leaves a pod's host veth without an address and routes the pod's /32 to it
+// (ptp gave it the gateway address and a route of the pod's range); it returns the veth's MAC.
+func routedHostSide(n Node, p PodNet) (net.HardwareAddr, error) {
+	var mac net.HardwareAddr
+	err := n.Netlink(func(h *netlink.Handle) error {
+		v, err := h.LinkByName(p.HostVeth)
+		if err != nil {
+			return fmt.Errorf("host veth %q: %w", p.HostVeth, err)
+		}
+		mac = v.Attrs().HardwareAddr
+		addrs, err := h.AddrList(v, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if err := h.AddrDel(v, &a); err != nil {
+				return err
+			}
+		}
+		return h.RouteReplace(&netlink.Route{LinkIndex: v.Attrs().Index, Dst: &net.IPNet{IP: p.IP, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK})
+	})
+	return mac, err
 }
 
 func (routed) Filtered(Node) error   { return nil }

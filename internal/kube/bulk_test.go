@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/scenario"
@@ -63,11 +67,27 @@ func TestServerDeployment(t *testing.T) {
 		d.Spec.Selector.MatchLabels[PodLabel] != "server" || d.Spec.Template.Labels["role"] != "server" || d.Labels[ManagedBy] != ManagedByValue {
 		t.Errorf("deployment %+v", d.Spec)
 	}
-	// Play the garbage collector: the replica goes once the Deployment is deleted.
+	// Play the API server and the garbage collector of a foreground deletion: the
+	// Deployment gets a deletion timestamp and a finalizer, the replica goes, and only then
+	// (here 100 ms later) the Deployment. A server of the same name created before then is
+	// refused ("object is being deleted"), so DeletePod must wait for the Deployment too.
+	deps := appsv1.SchemeGroupVersion.WithResource("deployments")
+	cs.PrependReactor("delete", "deployments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj, err := cs.Tracker().Get(deps, a.GetNamespace(), a.(k8stesting.DeleteAction).GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		d := obj.(*appsv1.Deployment).DeepCopy()
+		now := metav1.Now()
+		d.DeletionTimestamp, d.Finalizers = &now, []string{metav1.FinalizerDeleteDependents}
+		return true, nil, cs.Tracker().Update(deps, d, a.GetNamespace())
+	})
 	go func() {
 		for {
-			if _, err := cs.AppsV1().Deployments(c.Namespace()).Get(ctx, "server", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			if d, err := cs.AppsV1().Deployments(c.Namespace()).Get(ctx, "server", metav1.GetOptions{}); err == nil && d.DeletionTimestamp != nil {
 				_ = cs.CoreV1().Pods(c.Namespace()).Delete(ctx, "server-7d9f8-x2b4q", metav1.DeleteOptions{})
+				time.Sleep(100 * time.Millisecond)
+				_ = cs.Tracker().Delete(deps, c.Namespace(), "server")
 				return
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -138,6 +158,64 @@ func TestCreatePodsSpreadAndDelete(t *testing.T) {
 	}
 	if n := podsLeft(cs, c.Namespace()); n != 0 {
 		t.Errorf("%d pods left after DeletePods", n)
+	}
+}
+
+// Silent pods on kwok fake nodes: the first pod of each fake node is created and Running
+// before any other (kwok makes a node's IP pool on first use without a lock), once per run;
+// the pods come back in the order asked for.
+func TestCreatePodsWarmsFakeNodes(t *testing.T) {
+	ctx := context.Background()
+	cs := twoNodes()
+	c := newCluster(t, cs, Config{RunID: "r1"})
+	c.fake = []string{"fake-0", "fake-1", "fake-2"}
+	stop := make(chan struct{})
+	defer close(stop)
+	go runAll(cs, c.Namespace(), stop)
+	var mu sync.Mutex
+	var running []int // pods Running in the namespace when each pod was created
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		list, err := cs.Tracker().List(corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithKind("Pod"), a.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		n := 0
+		for _, p := range list.(*corev1.PodList).Items {
+			if p.Status.Phase == corev1.PodRunning {
+				n++
+			}
+		}
+		mu.Lock()
+		running = append(running, n)
+		mu.Unlock()
+		return false, nil, nil
+	})
+	pods, err := c.CreatePods(ctx, scenario.SilentPods(12, "silent", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range pods {
+		if p.Name != fmt.Sprintf("silent%d", i) || p.Node != c.fake[i%3] || p.IP == "" {
+			t.Errorf("pod %d: %+v", i, p)
+		}
+	}
+	mu.Lock()
+	got := slices.Clone(running)
+	running = running[:0]
+	mu.Unlock()
+	if len(got) != 12 || slices.Max(got[:3]) > 2 || slices.Min(got[3:]) < 3 {
+		t.Errorf("pods Running at each create %v: want the first three (one per fake node) Running before the other nine are created", got)
+	}
+	// The nodes are warm now: a second batch is not split.
+	more := scenario.SilentPods(3, "more", nil)
+	for i := range more {
+		more[i].Node = c.fake[i]
+	}
+	if first, _ := c.kwokFirst(more); len(first) != 0 {
+		t.Errorf("after the first batch, %d pods would still go first", len(first))
+	}
+	if _, err := c.CreatePods(ctx, more); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -77,8 +77,9 @@ type Cluster struct {
 	nodes []cluster.Node
 	info  map[string]any // environment facts read by New (readFacts), for Facts
 
-	fake []string     // kwok fake nodes of this run (Config.FakeNodes)
-	kwok *kwokProcess // the kwok controller managing them
+	fake []string        // kwok fake nodes of this run (Config.FakeNodes)
+	kwok *kwokProcess    // the kwok controller managing them
+	warm map[string]bool // fake nodes kwok has given a pod IP (their IP pool exists), under mu
 
 	probeMu sync.Mutex   // one NetworkPolicy enforcement probe at a time
 	prober  policyProber // nil: ncProber (tests set a fake)
@@ -135,7 +136,7 @@ func NewWithClient(ctx context.Context, cs kubernetes.Interface, rc *rest.Config
 	if cfg.Image == "" {
 		cfg.Image = DefaultImage
 	}
-	c := &Cluster{cfg: cfg, cs: cs, pods: map[string]cluster.Pod{}, real: map[string]string{}, servers: map[string]bool{}, procs: map[*process]bool{}, chains: map[string][]string{}}
+	c := &Cluster{cfg: cfg, cs: cs, pods: map[string]cluster.Pod{}, real: map[string]string{}, servers: map[string]bool{}, procs: map[*process]bool{}, chains: map[string][]string{}, warm: map[string]bool{}}
 	if rc != nil {
 		c.rc = rest.CopyConfig(rc)
 		core, err := corev1client.NewForConfig(c.rc)

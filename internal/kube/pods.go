@@ -192,7 +192,7 @@ func (c *Cluster) createPods(ctx context.Context, specs []cluster.PodSpec, mod f
 			s.Node = c.fake[i%len(c.fake)]
 		case s.Node == "":
 			s.Node = c.nodes[i%len(c.nodes)].Name
-		case !c.hasNode(s.Node):
+		case !c.hasNode(s.Node) && !(s.Silent && c.isFake(s.Node)):
 			return nil, fmt.Errorf("node %q is not one of this run's nodes (%s)", s.Node, c.nodeList())
 		}
 		for _, p := range s.Ports {
@@ -203,6 +203,9 @@ func (c *Cluster) createPods(ctx context.Context, specs []cluster.PodSpec, mod f
 		if s.AnswerPort != 0 && (s.Silent || s.HostNetwork || s.External || s.AnswerPort < 1 || s.AnswerPort > 65535) {
 			return nil, fmt.Errorf("pod %s: answer port %d: wants 1-65535 in a pod on the pod network that runs (not silent, host-network or external)", s.Name, s.AnswerPort)
 		}
+	}
+	if first, rest := c.kwokFirst(specs); len(first) > 0 && len(rest) > 0 {
+		return c.createInTwo(ctx, specs, first, rest, mod)
 	}
 	created := make([]bool, len(specs))
 	err := cluster.Parallel(ctx, len(specs), createWorkers, func(i int) error {
@@ -229,6 +232,9 @@ func (c *Cluster) createPods(ctx context.Context, specs []cluster.PodSpec, mod f
 	c.mu.Lock()
 	for _, p := range out {
 		c.pods[p.Name] = p
+		if c.isFake(p.Node) {
+			c.warm[p.Node] = true
+		}
 	}
 	c.mu.Unlock()
 	c.learnPodMTU(ctx, out, specs)
@@ -473,7 +479,7 @@ func (c *Cluster) forget(names []string) {
 }
 
 // deletePods deletes the pods (servers: their Deployments) and, with wait, waits until no pod
-// with their PodLabel is left.
+// with their PodLabel and none of their Deployments is left.
 func (c *Cluster) deletePods(ctx context.Context, names []string, wait bool) error {
 	grace := int64(1)
 	fg := metav1.DeletePropagationForeground
@@ -501,8 +507,12 @@ func (c *Cluster) deletePods(ctx context.Context, names []string, wait bool) err
 		return err
 	}
 	gone := map[string]bool{}
+	deployments := false
 	for _, n := range names {
 		gone[n] = true
+		c.mu.Lock()
+		deployments = deployments || c.servers[n]
+		c.mu.Unlock()
 	}
 	var left []string
 	err = poll(ctx, podTimeout, func(ctx context.Context) (bool, error) {
@@ -514,6 +524,21 @@ func (c *Cluster) deletePods(ctx context.Context, names []string, wait bool) err
 		for _, p := range list.Items {
 			if gone[p.Labels[PodLabel]] {
 				left = append(left, p.Name)
+			}
+		}
+		if len(left) > 0 || !deployments {
+			return len(left) == 0, nil
+		}
+		// A Deployment deleted in the foreground outlives its pods (its finalizer goes
+		// after the ReplicaSet's): a server of the same name created before it is gone
+		// would be refused ("object is being deleted").
+		deps, err := c.cs.AppsV1().Deployments(c.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, d := range deps.Items {
+			if gone[d.Name] {
+				left = append(left, "deployment/"+d.Name)
 			}
 		}
 		return len(left) == 0, nil

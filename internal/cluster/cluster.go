@@ -56,6 +56,42 @@ type PodSpec struct {
 	// busybox nc as the container's command, with a readiness probe on the port. Only for a
 	// pod on the pod network that runs (not Silent, HostNetwork or External). 0: none.
 	AnswerPort int
+	// CPU is the pod's CPU resources (zero: none; the pod shares its node's CPUs).
+	CPU CPU
+}
+
+// CPU is a pod's CPU resources, as a Kubernetes pod spec gives them (seed 002's knobs: CPU
+// limits, and CPU isolation as Guaranteed against Burstable pods).
+type CPU struct {
+	// LimitMilli caps the pod's CPU time in thousandths of a CPU (a CFS quota); 0: no cap.
+	LimitMilli int
+	// Exclusive asks for whole CPUs that no other pod uses: LimitMilli/1000 of them (at least
+	// one; LimitMilli, if set, a multiple of 1000). The lab gives the pod a cpuset of its own
+	// and moves the run's other pods onto the CPUs left, as a kubelet's static CPU manager
+	// does with its shared pool; the kube backend makes the pod Guaranteed (requests equal
+	// limits), which gets CPUs of its own only from a kubelet with the static CPU manager
+	// policy. A backend that cannot give the CPUs says so (ErrUnsupported).
+	Exclusive bool
+}
+
+// CPUs is how many whole CPUs an exclusive request is for.
+func (c CPU) CPUs() int {
+	if c.LimitMilli <= 1000 {
+		return 1
+	}
+	return c.LimitMilli / 1000
+}
+
+// Check says what is wrong with a request (nil: nothing): a negative limit, or an exclusive
+// one that is not whole CPUs.
+func (c CPU) Check() error {
+	switch {
+	case c.LimitMilli < 0:
+		return BadInput("cpu limit %dm: give 0 (none) or more millicores", c.LimitMilli)
+	case c.Exclusive && c.LimitMilli%1000 != 0:
+		return BadInput("exclusive CPUs with a limit of %dm: exclusive CPUs are whole CPUs (1000m, 2000m, ...)", c.LimitMilli)
+	}
+	return nil
 }
 
 // ContainerPort is a declared port of a pod.

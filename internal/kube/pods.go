@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -79,10 +80,33 @@ func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
 	if spec.AnswerPort > 0 {
 		answering(&p.Spec.Containers[0], spec.AnswerPort)
 	}
+	p.Spec.Containers[0].Resources = cpuResources(spec.CPU)
 	if c.cfg.TolerateTaints {
 		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	}
 	return p
+}
+
+// guaranteedMemory is the memory request and limit of a pod asking for exclusive CPUs: a pod
+// is Guaranteed only when every resource of every container has requests equal to limits.
+var guaranteedMemory = resource.MustParse("256Mi")
+
+// cpuResources are the container resources of a CPU request (cluster.CPU): a limit alone
+// makes a Burstable pod (Kubernetes sets the CPU request to the limit, but without memory
+// limits the pod is not Guaranteed); Exclusive makes it Guaranteed with whole CPUs (requests
+// = limits for CPU and memory), which a kubelet with the static CPU manager policy gives CPUs
+// of their own.
+func cpuResources(req cluster.CPU) corev1.ResourceRequirements {
+	var r corev1.ResourceRequirements
+	switch {
+	case req.Exclusive:
+		cpu := *resource.NewQuantity(int64(req.CPUs()), resource.DecimalSI)
+		r.Limits = corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: guaranteedMemory}
+		r.Requests = corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: guaranteedMemory}
+	case req.LimitMilli > 0:
+		r.Limits = corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(int64(req.LimitMilli), resource.DecimalSI)}
+	}
+	return r
 }
 
 // answerScript answers every TCP connection on port $1 with the pod's address (from the
@@ -199,6 +223,9 @@ func (c *Cluster) createPods(ctx context.Context, specs []cluster.PodSpec, mod f
 			if p.Port < 1 || p.Port > 65535 || !slices.Contains([]string{"", "tcp", "udp", "sctp"}, p.Protocol) {
 				return nil, fmt.Errorf("pod %s: container port %q %d/%s (want 1-65535 and tcp, udp or sctp)", s.Name, p.Name, p.Port, p.Protocol)
 			}
+		}
+		if err := s.CPU.Check(); err != nil {
+			return nil, fmt.Errorf("pod %s: %w", s.Name, err)
 		}
 		if s.AnswerPort != 0 && (s.Silent || s.HostNetwork || s.External || s.AnswerPort < 1 || s.AnswerPort > 65535) {
 			return nil, fmt.Errorf("pod %s: answer port %d: wants 1-65535 in a pod on the pod network that runs (not silent, host-network or external)", s.Name, s.AnswerPort)

@@ -2,7 +2,9 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,4 +52,50 @@ func TestPodContainerPorts(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(c.Namespace()).Get(ctx, "bad", metav1.GetOptions{}); err == nil {
 		t.Error("a pod with a bad port was created")
 	}
+}
+
+// CPU requests: a limit alone makes a Burstable container (a CPU limit, no memory limit); an
+// exclusive request a Guaranteed one with whole CPUs; a bad one is refused before anything is
+// created.
+func TestCPUResources(t *testing.T) {
+	if r := cpuResources(cluster.CPU{}); r.Limits != nil || r.Requests != nil {
+		t.Errorf("no request: %+v", r)
+	}
+	r := cpuResources(cluster.CPU{LimitMilli: 200})
+	if q := r.Limits[corev1.ResourceCPU]; q.MilliValue() != 200 || len(r.Limits) != 1 || r.Requests != nil {
+		t.Errorf("200m limit: %+v", r)
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: cpuResources(cluster.CPU{LimitMilli: 2000, Exclusive: true})}}}}
+	if qos := qosClass(pod); qos != corev1.PodQOSGuaranteed {
+		t.Errorf("exclusive: QoS %s, want Guaranteed", qos)
+	}
+	if q := pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU]; q.Value() != 2 || q.MilliValue() != 2000 {
+		t.Errorf("exclusive 2000m: cpu request %s", q.String())
+	}
+	pod.Spec.Containers[0].Resources = cpuResources(cluster.CPU{LimitMilli: 500})
+	if qos := qosClass(pod); qos != corev1.PodQOSBurstable {
+		t.Errorf("limit: QoS %s, want Burstable", qos)
+	}
+	c := newCluster(t, twoNodes(), Config{})
+	_, err := c.CreatePods(context.Background(), []cluster.PodSpec{{Name: "vnf", Node: "worker-a", CPU: cluster.CPU{LimitMilli: 1500, Exclusive: true}}})
+	if !errors.Is(err, cluster.ErrBadInput) || !strings.Contains(err.Error(), "whole CPUs") {
+		t.Errorf("exclusive 1500m: %v", err)
+	}
+}
+
+// qosClass is the QoS class Kubernetes gives a pod of one container (the rules of
+// k8s.io/kubernetes/pkg/apis/core/v1/helper/qos, for the resources cpuResources sets).
+func qosClass(p *corev1.Pod) corev1.PodQOSClass {
+	r := p.Spec.Containers[0].Resources
+	if len(r.Requests) == 0 && len(r.Limits) == 0 {
+		return corev1.PodQOSBestEffort
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		l, okL := r.Limits[name]
+		q, okR := r.Requests[name]
+		if !okL || (okR && q.Cmp(l) != 0) {
+			return corev1.PodQOSBurstable
+		}
+	}
+	return corev1.PodQOSGuaranteed
 }

@@ -7,7 +7,6 @@
 package kubeharness
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/lab"
+	"github.com/cnibench/cnibench/internal/mounts"
 	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/procs"
 )
@@ -282,22 +282,8 @@ func unmountUnder(dir string) error {
 	if dir == "" {
 		return nil
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var mps []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) > 4 && (fs[4] == dir || strings.HasPrefix(fs[4], dir+"/")) {
-			mps = append(mps, fs[4])
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(mps)))
 	var errs []error
-	for _, m := range mps {
+	for _, m := range mounts.Under(dir) {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL {
 			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
 		}

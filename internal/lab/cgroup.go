@@ -74,5 +74,8 @@ func (l *Lab) startPod(p *pod, cmd *exec.Cmd) error {
 		}
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(f.Fd())
 	}
+	if dirs := l.cpuCgroups(p); len(dirs) > 0 {
+		return startGated(cmd, dirs, func(c *exec.Cmd) error { return startInNS(p.ns, c) })
+	}
 	return startInNS(p.ns, cmd)
 }

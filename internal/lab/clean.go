@@ -8,9 +8,11 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/doctor"
+	"github.com/cnibench/cnibench/internal/mounts"
 	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/nf"
 	"github.com/cnibench/cnibench/internal/owner"
@@ -109,8 +111,10 @@ func Leftovers(prefix string) []string {
 	for _, m := range mountsUnder(StateRoot, prefix) {
 		out = append(out, "mount "+m)
 	}
-	for _, d := range dirsOf(CgroupRoot(), prefix) {
-		out = append(out, "cgroup "+d)
+	for _, root := range cgroupRoots() {
+		for _, d := range dirsOf(root, prefix) {
+			out = append(out, "cgroup "+d)
+		}
 	}
 	for _, c := range nf.Cleaners() {
 		out = append(out, c.Leftovers(prefix)...)
@@ -121,32 +125,19 @@ func Leftovers(prefix string) []string {
 // mountsUnder lists the mount points (bpf file systems of chains) inside root's entries that
 // belong to a prefix, deepest first.
 func mountsUnder(root, prefix string) []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
 	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := f[4]
+	for _, mp := range mounts.Under(root) {
 		rel, err := filepath.Rel(root, mp)
-		if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
-			continue
-		}
-		if owned(strings.Split(rel, "/")[0], prefix) {
+		if err == nil && rel != "." && owned(strings.Split(rel, "/")[0], prefix) {
 			out = append(out, mp)
 		}
 	}
-	sort.Sort(sort.Reverse(sort.StringSlice(out)))
 	return out
 }
 
 // Clean removes everything of a prefix, whoever owns it ("" = every lab prefix): processes
 // inside its namespaces, the namespaces (their links go with them), the bpf file systems its
-// nodes and chains mounted, its nodes' cgroups, what network-function kinds left outside (nf.Cleaner), its state and scratch
+// nodes and chains mounted, its nodes' and pods' cgroups, what network-function kinds left outside (nf.Cleaner), its state and scratch
 // directories. Idempotent. Lab.Close and `lab down` use it; `lab clean` uses CleanAll, which
 // spares the labs of live owners.
 func Clean(prefix string) error {
@@ -161,8 +152,11 @@ func Clean(prefix string) error {
 	for _, m := range mountsUnder(StateRoot, prefix) {
 		errs = append(errs, nf.Unmount(m))
 	}
-	for _, d := range dirsOf(CgroupRoot(), prefix) {
-		errs = append(errs, removeCgroup(d))
+	for _, root := range cgroupRoots() {
+		for _, d := range dirsOf(root, prefix) {
+			errs = append(errs, removeCgroup(d))
+		}
+		_ = syscall.Rmdir(root) // the cnibench directory, once no lab has anything in it
 	}
 	for _, c := range nf.Cleaners() {
 		errs = append(errs, c.Clean(prefix))

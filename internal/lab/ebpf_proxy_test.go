@@ -433,8 +433,9 @@ func TestEBPFProxy10kServices(t *testing.T) {
 }
 
 // TestEBPFProxySIGKILLClean: a run SIGKILLed while its eBPF lab stands leaves the pins of its
-// load balancer, which keep the programs in the kernel after their process is gone; `lab clean`
-// (cleanLabs, the owner being dead) removes the lab and with the pins the programs.
+// load balancer, which keep the programs in the kernel after their process is gone, and the
+// cgroups of its pods' CPU resources; `lab clean` (cleanLabs, the owner being dead) removes
+// the lab, with the pins the programs, and the cgroups.
 func TestEBPFProxySIGKILLClean(t *testing.T) {
 	needEBPFProxy(t)
 	prefix := testPrefix()
@@ -459,6 +460,17 @@ func TestEBPFProxySIGKILLClean(t *testing.T) {
 		t.Errorf("load balancer programs loaded since the test began %v, want those the child pinned %v", child, pinned)
 	}
 
+	// The child's pod with CPU resources has cgroups of its own (and the shared pool's).
+	var cgroups []string
+	for _, l := range Leftovers(prefix) {
+		if strings.HasPrefix(l, "cgroup ") && !strings.HasSuffix(l, "-node0") && !strings.HasSuffix(l, "-node1") {
+			cgroups = append(cgroups, l)
+		}
+	}
+	if cpu, _ := CPURoots(); cpu != "" && !slices.Contains(cgroups, "cgroup "+filepath.Join(cpu, prefix+"-vnf")) {
+		t.Errorf("the child's CPU-limited pod has no cgroup among %v", cgroups)
+	}
+
 	owner.kill(t)
 	// The owner is dead; its pins keep the programs alive.
 	if r, err := Owner(prefix); err != nil || r.Alive() {
@@ -473,7 +485,7 @@ func TestEBPFProxySIGKILLClean(t *testing.T) {
 	if err != nil || len(skipped) != 0 {
 		t.Fatalf("clean: skipped %v, %v", skipped, err)
 	}
-	for _, m := range mounts {
+	for _, m := range append(mounts, cgroups...) {
 		if !slices.Contains(removed, m) {
 			t.Errorf("clean removed %v, not %s", removed, m)
 		}

@@ -20,8 +20,8 @@ import (
 const killedOwnerEnv = "CNIBENCH_KILLED_OWNER"
 
 // TestKilledLabOwner is the child of the tests that SIGKILL a run while its lab stands (it does
-// nothing otherwise): it brings up a lab of the given data plane (and proxy) with a pod and a
-// NodePort Service, says "ready PREFIX" on stdout and waits to be killed (it cleans up by itself
+// nothing otherwise): it brings up a lab of the given data plane (and proxy) with a pod, a
+// NodePort Service and a pod with CPU resources running a process, says "ready PREFIX" on stdout and waits to be killed (it cleans up by itself
 // after a minute).
 func TestKilledLabOwner(t *testing.T) {
 	f := strings.Fields(os.Getenv(killedOwnerEnv))
@@ -40,6 +40,19 @@ func TestKilledLabOwner(t *testing.T) {
 	defer l.Close(ctx)
 	sel := map[string]string{"app": "p"}
 	if _, err := l.CreatePod(ctx, cluster.PodSpec{Name: "p", Node: "node0", Labels: sel}); err != nil {
+		t.Fatal(err)
+	}
+	// A pod with CPU resources (cgroups of its own, and the shared pool's), running.
+	cpu := cluster.CPU{LimitMilli: 1000}
+	if _, cs := CPURoots(); cs != "" {
+		if all, _ := hostCPUs(cs); len(all) > 1 {
+			cpu.Exclusive = true
+		}
+	}
+	if _, err := l.CreatePod(ctx, cluster.PodSpec{Name: "vnf", Node: "node0", CPU: cpu}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Start(ctx, "vnf", []string{"sleep", "60"}, cluster.Ready{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.CreateServices(ctx, []cluster.ServiceSpec{{Name: "s", Selector: sel, NodePort: true, Ports: []cluster.ServicePort{{Port: 80, Protocol: "tcp"}}}}); err != nil {

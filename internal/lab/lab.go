@@ -156,6 +156,7 @@ type pod struct {
 	// readyAt is when the pod was ready to serve (attached, answering: see endpoints.go).
 	readyAt time.Time
 	answer  net.Listener // the pod's answer listener (PodSpec.AnswerPort), closed on delete
+	cpu     podCPU       // its CPU resources (PodSpec.CPU: see podcpu.go)
 }
 
 // Lab is a running lab cluster; it implements cluster.Cluster.
@@ -170,6 +171,7 @@ type Lab struct {
 	mu    sync.Mutex
 	pods  map[string]*pod
 	procs map[*proc]bool
+	cpus  cpuState // exclusive CPUs and the shared pool (podcpu.go)
 	bare  int
 	// chains are the service-function chains, by their client's and their server's pod name.
 	chains   map[string]*nf.Chain
@@ -219,7 +221,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab backend needs root (network namespaces): run as root")
 	}
-	l = &Lab{cfg: cfg, dp: dp, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, chains: map[string]*nf.Chain{}, services: map[string]*service{}, nodePorts: map[int]bool{},
+	l = &Lab{cfg: cfg, dp: dp, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, cpus: cpuState{held: map[int]string{}}, chains: map[string]*nf.Chain{}, services: map[string]*service{}, nodePorts: map[int]bool{},
 		holders: map[string]*holder{}, programmed: map[string]float64{}, policies: map[string]networkingv1.NetworkPolicy{}, extIPs: map[string]bool{},
 		tracks: map[*endpointTrack]bool{}}
 	defer func() {
@@ -329,6 +331,16 @@ func (l *Lab) createPod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod,
 	p := &pod{Pod: cluster.Pod{Name: spec.Name, Node: n.name, Labels: spec.Labels, HostNetwork: spec.HostNetwork, Ports: spec.Ports}}
 	l.pods[spec.Name] = p // reserve the name
 	l.mu.Unlock()
+	if spec.CPU != (cluster.CPU{}) {
+		if spec.Silent || spec.External {
+			l.forget(spec.Name)
+			return cluster.Pod{}, cluster.BadInput("pod %s: CPU resources are for a pod that runs in the cluster (not silent or external)", spec.Name)
+		}
+		if err := l.setupCPU(p, spec.CPU); err != nil {
+			l.forget(spec.Name)
+			return cluster.Pod{}, err
+		}
+	}
 	if spec.External {
 		if err := l.createExternal(p); err != nil {
 			l.forget(spec.Name)
@@ -378,8 +390,12 @@ func (l *Lab) createPod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod,
 
 func (l *Lab) forget(name string) {
 	l.mu.Lock()
+	p := l.pods[name]
 	delete(l.pods, name)
 	l.mu.Unlock()
+	if p != nil {
+		_ = l.releaseCPU(p) // a pod that failed to come up; deletePod releases first, with errors
+	}
 }
 
 // DeletePod deletes one pod (DeletePods with one name).
@@ -424,6 +440,7 @@ func (l *Lab) deletePod(ctx context.Context, name string) error {
 	if !p.HostNetwork {
 		errs = append(errs, killNSProcs(p.ns), deleteNS(p.ns))
 	}
+	errs = append(errs, l.releaseCPU(p))
 	l.forget(name)
 	return errors.Join(errs...)
 }

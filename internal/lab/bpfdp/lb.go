@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/cnibench/cnibench/internal/mounts"
 	"github.com/cnibench/cnibench/internal/nf"
 )
 
@@ -339,16 +339,9 @@ const (
 // Cgroup2 is where the host's cgroup v2 hierarchy is mounted ("" when it is not): the
 // cgroups socket programs attach to live there.
 var Cgroup2 = sync.OnceValue(func() string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		// mount ID, parent, major:minor, root, mount point, options, [optional...] - type ...
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if ok && len(f) >= 5 && len(g) >= 1 && g[0] == "cgroup2" && f[3] == "/" {
-			return f[4]
+	for _, m := range mounts.List() {
+		if m.Type == "cgroup2" && m.Root == "/" {
+			return m.Point
 		}
 	}
 	return ""

@@ -42,7 +42,7 @@ throughput, request/response latency and connection rate next to bare baselines.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef("%v (see 'cnibench %s --help')", err, c.Name())
 	})
-	root.AddCommand(newRunCmd(), newListCmd(), newDoctorCmd(), newLabCmd(), newImageCmd(), newKubeCmd(), newReportCmd(), newExportCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newListCmd(), newDoctorCmd(), newLabCmd(), newImageCmd(), newKubeCmd(), newReportCmd(), newExportCmd(), newPktCmd(), newVersionCmd())
 	return root
 }
 

@@ -261,3 +261,48 @@ func firstLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// VethPair creates a veth pair with ends leftIf in namespace left and rightIf in right, both up.
+func VethPair(left, leftIf, right, rightIf string, mtu int) error {
+	rns, err := vns.GetFromPath(Path(right))
+	if err != nil {
+		return err
+	}
+	defer rns.Close()
+	err = WithNetlink(left, func(h *netlink.Handle) error {
+		return h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: leftIf, MTU: mtu},
+			PeerName: rightIf, PeerNamespace: netlink.NsFd(int(rns))})
+	})
+	if err != nil {
+		return err
+	}
+	if err := WithNetlink(right, func(h *netlink.Handle) error {
+		lk, err := h.LinkByName(rightIf)
+		if err != nil {
+			return err
+		}
+		if err := h.LinkSetMTU(lk, mtu); err != nil {
+			return err
+		}
+		return h.LinkSetUp(lk)
+	}); err != nil {
+		return err
+	}
+	return WithNetlink(left, func(h *netlink.Handle) error {
+		lk, err := h.LinkByName(leftIf)
+		if err != nil {
+			return err
+		}
+		return h.LinkSetUp(lk)
+	})
+}
+
+// WithNetlink calls fn with a netlink handle of the named namespace.
+func WithNetlink(ns string, fn func(h *netlink.Handle) error) error {
+	h, err := Netlink(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	return fn(h)
+}

@@ -11,7 +11,6 @@ import (
 	"strconv"
 
 	"github.com/vishvananda/netlink"
-	vns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/cnibench/cnibench/internal/netns"
@@ -110,7 +109,7 @@ func BuildChain(ctx context.Context, spec ChainSpec) (_ *Chain, err error) {
 		if h < n {
 			right, rightIf = spec.NFName(h+1), InIf
 		}
-		if err := VethPair(left, leftIf, right, rightIf, spec.MTU); err != nil {
+		if err := netns.VethPair(left, leftIf, right, rightIf, spec.MTU); err != nil {
 			return nil, fmt.Errorf("link %d: %w", h, err)
 		}
 	}
@@ -144,53 +143,10 @@ func BuildChain(ctx context.Context, spec ChainSpec) (_ *Chain, err error) {
 	return c, ctx.Err()
 }
 
-// VethPair creates a veth pair with ends leftIf in namespace left and rightIf in right, both up.
-func VethPair(left, leftIf, right, rightIf string, mtu int) error {
-	rns, err := vns.GetFromPath(netns.Path(right))
-	if err != nil {
-		return err
-	}
-	defer rns.Close()
-	err = withHandle(left, func(h *netlink.Handle) error {
-		return h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: leftIf, MTU: mtu},
-			PeerName: rightIf, PeerNamespace: netlink.NsFd(int(rns))})
-	})
-	if err != nil {
-		return err
-	}
-	if err := withHandle(right, func(h *netlink.Handle) error {
-		lk, err := h.LinkByName(rightIf)
-		if err != nil {
-			return err
-		}
-		if err := h.LinkSetMTU(lk, mtu); err != nil {
-			return err
-		}
-		return h.LinkSetUp(lk)
-	}); err != nil {
-		return err
-	}
-	return withHandle(left, func(h *netlink.Handle) error {
-		lk, err := h.LinkByName(leftIf)
-		if err != nil {
-			return err
-		}
-		return h.LinkSetUp(lk)
-	})
-}
-
-func withHandle(ns string, fn func(h *netlink.Handle) error) error {
-	h, err := netns.Netlink(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	return fn(h)
-}
 
 // AddAddr gives dev in namespace ns the address a/bits.
 func AddAddr(ns, dev string, a netip.Addr, bits int) error {
-	return withHandle(ns, func(h *netlink.Handle) error {
+	return netns.WithNetlink(ns, func(h *netlink.Handle) error {
 		lk, err := h.LinkByName(dev)
 		if err != nil {
 			return err
@@ -200,7 +156,7 @@ func AddAddr(ns, dev string, a netip.Addr, bits int) error {
 }
 
 func addRoute(ns, dev string, dst, via netip.Addr) error {
-	return withHandle(ns, func(h *netlink.Handle) error {
+	return netns.WithNetlink(ns, func(h *netlink.Handle) error {
 		lk, err := h.LinkByName(dev)
 		if err != nil {
 			return err

@@ -1,15 +1,16 @@
 package nf
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 )
 
 // testPair makes two new namespaces (cnbt + 6 hex digits, -a and -b) joined by a veth pair
@@ -17,27 +18,8 @@ import (
 // the two ends.
 func testPair(t *testing.T) (a, b Endpoint) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces)")
-	}
-	r := make([]byte, 3)
-	_, _ = rand.Read(r)
-	prefix := fmt.Sprintf("cnbt%x", r)
-	a, b = Endpoint{NS: prefix + "-a", Dev: "eth0"}, Endpoint{NS: prefix + "-b", Dev: "eth0"}
-	for _, ns := range []string{a.NS, b.NS} {
-		if err := netns.Create(ns); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := netns.Delete(ns); err != nil {
-				t.Errorf("delete %s: %v", ns, err)
-			}
-		})
-	}
-	if err := VethPair(a.NS, a.Dev, b.NS, b.Dev, 1500); err != nil {
-		t.Fatal(err)
-	}
-	return a, b
+	p := netnstest.NewPair(t, [2]string{"a", "b"}, [2]string{"eth0", "eth0"}, netip.MustParsePrefix("10.253.0.0/24"))
+	return Endpoint{NS: p.NS[0], Dev: p.Dev[0]}, Endpoint{NS: p.NS[1], Dev: p.Dev[1]}
 }
 
 func featureOn(t *testing.T, ep Endpoint, f Feature) bool {

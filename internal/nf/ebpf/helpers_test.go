@@ -2,10 +2,9 @@ package ebpf
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
-	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,21 +12,13 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netlink"
-	vns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 	"github.com/cnibench/cnibench/internal/nf"
 	"github.com/cnibench/cnibench/internal/nf/nftest"
 )
-
-// testPrefix is a fresh test prefix (cnbt + 6 hex digits).
-func testPrefix() string {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("cnbt%x", b)
-}
 
 // pair is two new namespaces joined by a veth pair (eth0 in each, up, 10.251.0.1/24 and
 // 10.251.0.2/24), removed when the test ends.
@@ -41,63 +32,8 @@ type pair struct {
 func newPair(t *testing.T) pair {
 	t.Helper()
 	nftest.NeedRoot(t)
-	p := pair{prefix: testPrefix(), aIP: net.IPv4(10, 251, 0, 1).To4(), bIP: net.IPv4(10, 251, 0, 2).To4()}
-	p.a, p.b = p.prefix+"-a", p.prefix+"-b"
-	t.Cleanup(func() {
-		for _, ns := range []string{p.a, p.b} {
-			_ = netns.KillAll(ns)
-			if err := netns.Delete(ns); err != nil {
-				t.Errorf("delete %s: %v", ns, err)
-			}
-		}
-	})
-	for _, ns := range []string{p.a, p.b} {
-		if err := netns.Create(ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bns, err := vns.GetFromPath(netns.Path(p.b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bns.Close()
-	ha, err := netns.Netlink(p.a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ha.Close()
-	tmp := "cnbv" + p.prefix[4:]
-	if err := ha.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", MTU: 1500}, PeerName: tmp, PeerNamespace: netlink.NsFd(int(bns))}); err != nil {
-		t.Fatal(err)
-	}
-	hb, err := netns.Netlink(p.b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hb.Close()
-	lb, err := hb.LinkByName(tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hb.LinkSetName(lb, "eth0"); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []struct {
-		h  *netlink.Handle
-		ip net.IP
-	}{{ha, p.aIP}, {hb, p.bIP}} {
-		lk, err := s.h.LinkByName("eth0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.h.AddrAdd(lk, &netlink.Addr{IPNet: &net.IPNet{IP: s.ip, Mask: net.CIDRMask(24, 32)}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.h.LinkSetUp(lk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return p
+	p := netnstest.NewPair(t, [2]string{"a", "b"}, [2]string{"eth0", "eth0"}, netip.MustParsePrefix("10.251.0.0/24"))
+	return pair{prefix: p.Prefix, a: p.NS[0], b: p.NS[1], aIP: p.IP[0].AsSlice(), bIP: p.IP[1].AsSlice()}
 }
 
 // bpfDir mounts a bpf file system under the test prefix (as a chain does), unmounted when the

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 	"github.com/cnibench/cnibench/internal/nf"
 )
 
@@ -59,7 +60,7 @@ func Build(t testing.TB, k nf.Kind, n, rules int) *nf.Chain {
 		}
 		t.Skipf("%s not usable on this host: %v", k.Name(), err)
 	}
-	prefix := randomPrefix()
+	prefix := netnstest.Prefix()
 	client, server := prefix+"-c", prefix+"-s"
 	state := filepath.Join(StateRoot, prefix)
 	var ch *nf.Chain
@@ -96,13 +97,6 @@ func Build(t testing.TB, k nf.Kind, n, rules int) *nf.Chain {
 		t.Fatalf("build %s chain of %d: %v", k.Name(), n, err)
 	}
 	return ch
-}
-
-// randomPrefix names a test's namespaces: the suite's test prefix and 6 random hex digits.
-func randomPrefix() string {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("cnbt%x", b)
 }
 
 func nfName(prefix string, i int) string { return prefix + "-nf" + strconv.Itoa(i) }

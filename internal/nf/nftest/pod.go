@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 	"github.com/cnibench/cnibench/internal/nf"
 )
 
@@ -67,7 +68,7 @@ func BuildPods(t *testing.T, k nf.PodKind, n, rules int) (*nf.Chain, []nf.PodHop
 	if err := k.Usable(); err != nil {
 		t.Skipf("%s not usable on this host: %v", k.Name(), err)
 	}
-	prefix := randomPrefix()
+	prefix := netnstest.Prefix()
 	node := prefix + "-node"
 	names := []string{prefix + "-c"}
 	for i := 1; i <= n; i++ {
@@ -131,7 +132,7 @@ func BuildPods(t *testing.T, k nf.PodKind, n, rules int) (*nf.Chain, []nf.PodHop
 
 // podIface gives namespace ns an eth0 with ip/24, its peer (named peer) on the node's bridge.
 func podIface(h *netlink.Handle, br *netlink.Bridge, node, ns, peer string, ip netip.Addr) error {
-	if err := nf.VethPair(node, peer, ns, nf.PodInterface, 1500); err != nil {
+	if err := netns.VethPair(node, peer, ns, nf.PodInterface, 1500); err != nil {
 		return fmt.Errorf("veth for %s: %w", ns, err)
 	}
 	lk, err := h.LinkByName(peer)

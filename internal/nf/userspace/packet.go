@@ -40,6 +40,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cnibench/cnibench/internal/afpacket"
 	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/nf"
 )
@@ -54,9 +55,9 @@ func (packetKind) Layer() nf.Layer { return nf.Transparent }
 
 // Usable needs AF_PACKET sockets (CAP_NET_RAW) with the options the forwarder sets.
 func (packetKind) Usable() error {
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	fd, err := afpacket.Open()
 	if err != nil {
-		return fmt.Errorf("cannot open an AF_PACKET socket (needs CAP_NET_RAW): %w", err)
+		return err
 	}
 	defer unix.Close(fd)
 	for _, o := range []struct {
@@ -120,57 +121,34 @@ func ringGeometry(mtu int) (frameSize, frames, blockSize int) {
 	return frameSize, frames, blockSize
 }
 
-func setInts(fd, level int, opts ...[2]int) error {
-	for _, o := range opts {
-		if err := unix.SetsockoptInt(fd, level, o[0], o[1]); err != nil {
-			return fmt.Errorf("setsockopt %d/%d=%d: %w", level, o[0], o[1], err)
-		}
-	}
-	return nil
-}
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
 // openRX opens the receive socket and ring of an interface (call it inside the namespace).
-func openRX(ifindex, mtu int) (_ *rxRing, err error) {
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("AF_PACKET socket: %w", err)
-	}
-	r := &rxRing{fd: fd}
-	defer func() {
-		if err != nil {
-			r.close()
-		}
-	}()
-	if err := setInts(fd, unix.SOL_PACKET,
-		[2]int{unix.PACKET_VERSION, unix.TPACKET_V2},
-		[2]int{unix.PACKET_VNET_HDR, 1},
-		[2]int{unix.PACKET_IGNORE_OUTGOING, 1},
-		[2]int{unix.PACKET_COPY_THRESH, 1}); err != nil {
-		return nil, err
-	}
-	if err := setInts(fd, unix.SOL_SOCKET, [2]int{unix.SO_RCVBUFFORCE, rcvBufBytes}); err != nil {
-		return nil, err
-	}
+// The socket is promiscuous, for interfaces that filter by MAC address (veth does not); the
+// membership goes with the socket.
+func openRX(ifindex, mtu int) (*rxRing, error) {
+	r := &rxRing{}
 	var blockSize int
 	r.frameSize, r.frames, blockSize = ringGeometry(mtu)
-	req := unix.TpacketReq{Block_size: uint32(blockSize), Block_nr: uint32(r.frames * r.frameSize / blockSize),
-		Frame_size: uint32(r.frameSize), Frame_nr: uint32(r.frames)}
-	if err := unix.SetsockoptTpacketReq(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
-		return nil, fmt.Errorf("PACKET_RX_RING %+v: %w", req, err)
-	}
-	if r.mem, err = unix.Mmap(fd, 0, r.frames*r.frameSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE); err != nil {
-		return nil, fmt.Errorf("mmap the receive ring: %w", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}); err != nil {
-		return nil, fmt.Errorf("bind to interface %d: %w", ifindex, err)
-	}
-	// Promiscuous, for interfaces that filter by MAC address (veth does not); the membership
-	// goes with the socket.
-	if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP,
-		&unix.PacketMreq{Ifindex: int32(ifindex), Type: unix.PACKET_MR_PROMISC}); err != nil {
-		return nil, fmt.Errorf("promiscuous mode: %w", err)
+	var err error
+	r.fd, r.mem, err = afpacket.OpenRing(ifindex, unix.ETH_P_ALL, true, func(fd int) (int, error) {
+		if err := afpacket.SetInts(fd, unix.SOL_PACKET,
+			[2]int{unix.PACKET_VERSION, unix.TPACKET_V2},
+			[2]int{unix.PACKET_VNET_HDR, 1},
+			[2]int{unix.PACKET_IGNORE_OUTGOING, 1},
+			[2]int{unix.PACKET_COPY_THRESH, 1}); err != nil {
+			return 0, err
+		}
+		if err := afpacket.SetInts(fd, unix.SOL_SOCKET, [2]int{unix.SO_RCVBUFFORCE, rcvBufBytes}); err != nil {
+			return 0, err
+		}
+		req := unix.TpacketReq{Block_size: uint32(blockSize), Block_nr: uint32(r.frames * r.frameSize / blockSize),
+			Frame_size: uint32(r.frameSize), Frame_nr: uint32(r.frames)}
+		if err := unix.SetsockoptTpacketReq(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
+			return 0, fmt.Errorf("PACKET_RX_RING %+v: %w", req, err)
+		}
+		return r.frames * r.frameSize, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -178,40 +156,33 @@ func openRX(ifindex, mtu int) (_ *rxRing, err error) {
 // overruns is how many frames the kernel dropped so far for want of a free slot.
 func (r *rxRing) overruns() uint64 {
 	// PACKET_STATISTICS clears on read: keep the sum.
-	if st, err := unix.GetsockoptTpacketStats(r.fd, unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
-		r.drops.Add(uint64(st.Drops))
+	if st, err := afpacket.ReadStats(r.fd); err == nil {
+		r.drops.Add(st.Drops)
 	}
 	return r.drops.Load()
 }
 
 func (r *rxRing) close() error {
-	var errs []error
-	if r.mem != nil {
-		errs = append(errs, unix.Munmap(r.mem))
-		r.mem = nil
-	}
-	if r.fd >= 0 {
-		errs = append(errs, unix.Close(r.fd))
-		r.fd = -1
-	}
-	return errors.Join(errs...)
+	err := afpacket.Close(r.fd, r.mem)
+	r.fd, r.mem = -1, nil
+	return err
 }
 
 // openTX opens the send-only socket of an interface (call it inside the namespace).
 func openTX(ifindex int) (_ int, err error) {
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	fd, err := afpacket.Open()
 	if err != nil {
-		return -1, fmt.Errorf("AF_PACKET socket: %w", err)
+		return -1, err
 	}
 	defer func() {
 		if err != nil {
 			unix.Close(fd)
 		}
 	}()
-	if err := setInts(fd, unix.SOL_PACKET, [2]int{unix.PACKET_VNET_HDR, 1}, [2]int{unix.PACKET_QDISC_BYPASS, 1}); err != nil {
+	if err := afpacket.SetInts(fd, unix.SOL_PACKET, [2]int{unix.PACKET_VNET_HDR, 1}, [2]int{unix.PACKET_QDISC_BYPASS, 1}); err != nil {
 		return -1, err
 	}
-	if err := setInts(fd, unix.SOL_SOCKET, [2]int{unix.SO_SNDBUFFORCE, sndBufBytes}); err != nil {
+	if err := afpacket.SetInts(fd, unix.SOL_SOCKET, [2]int{unix.SO_SNDBUFFORCE, sndBufBytes}); err != nil {
 		return -1, err
 	}
 	tv := unix.NsecToTimeval(sendTimeout.Nanoseconds())
@@ -219,8 +190,8 @@ func openTX(ifindex int) (_ int, err error) {
 		return -1, err
 	}
 	// Protocol 0: the socket is bound to the interface for sending but receives nothing.
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: 0, Ifindex: ifindex}); err != nil {
-		return -1, fmt.Errorf("bind to interface %d: %w", ifindex, err)
+	if err := afpacket.Bind(fd, ifindex, 0); err != nil {
+		return -1, err
 	}
 	return fd, nil
 }

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cnibench/cnibench/internal/pktengine"
+)
+
+func newPktCmd() *cobra.Command {
+	cmd := group("pkt", "Packet engine of the VNF scenario: a GTP-U/UDP generator and receiver on raw sockets")
+	cmd.Long = `The packet engine of the VNF scenario, run inside a pod (a network namespace):
+'pkt recv' counts the frames of 'pkt gen' per stream and measures the latency of its probes.
+Each prints one JSON object on stdout when it ends. Engines: ` + strings.Join(pktengine.EngineNames(), ", ") + `.`
+	cmd.AddCommand(newPktGenCmd(), newPktRecvCmd())
+	return cmd
+}
+
+func newPktGenCmd() *cobra.Command {
+	var (
+		o                    pktengine.GenOptions
+		dst, dstMAC, size    string
+		mode                 string
+		srcPort, dstPort     int
+		streams              int
+		firstTEID            uint32
+		rate, probeRate      float64
+		duration, rotateEach time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "gen --dst IP",
+		Short: "Send GTP-U (or UDP) frames at a held rate with rotating TEIDs and latency probes",
+		Long: `Send frames of one size (or IMIX) to --dst at --rate packets/s for --duration, from an
+AF_PACKET TX ring. Frame sizes count the 4-byte FCS (RFC 2544): a 64-byte frame is 60 bytes built.
+In gtpu mode each frame is Ethernet/IPv4/UDP to port 2152, a GTP-U G-PDU header with the active
+stream's TEID, and an inner IPv4/UDP packet carrying the payload (so at least 100 bytes); in udp
+mode the payload is right in the UDP datagram. The payload holds the stream id (the TEID), a
+sequence number per stream and the transmit time. Of --streams TEIDs (--teid, --teid+1, ...) one
+is active at a time, the next every --rotate. --probe-rate frames per second are latency probes.
+The next hop's MAC address comes from the neighbour table (an ARP request is triggered) unless
+--dst-mac gives it. Prints one JSON object when done; SIGINT/SIGTERM end it early.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := netip.ParseAddr(dst)
+			if err != nil || !a.Is4() {
+				return usagef("--dst %q: an IPv4 address is required", dst)
+			}
+			o.Dst = a
+			if dstMAC != "" {
+				if o.DstMAC, err = net.ParseMAC(dstMAC); err != nil || len(o.DstMAC) != 6 {
+					return usagef("--dst-mac %q is not an Ethernet address", dstMAC)
+				}
+			}
+			if o.Mode, err = pktengine.ParseMode(mode); err != nil {
+				return usagef("--mode: %v", err)
+			}
+			if o.Sizes, err = pktengine.ParseSize(size, o.Mode); err != nil {
+				return usagef("--size: %v", err)
+			}
+			o.SizeName = strings.ToLower(size)
+			for _, p := range []struct {
+				name string
+				v    int
+				to   *uint16
+			}{{"--src-port", srcPort, &o.SrcPort}, {"--dst-port", dstPort, &o.DstPort}} {
+				if p.v < 1 || p.v > 65535 {
+					return usagef("%s %d out of range (1..65535)", p.name, p.v)
+				}
+				*p.to = uint16(p.v)
+			}
+			o.Rate, o.ProbeRate, o.Duration, o.Rotate = rate, probeRate, duration, rotateEach
+			o.Streams, o.FirstTEID = streams, firstTEID
+			if err := o.Check(); err != nil {
+				var ce *pktengine.ConfigError
+				if errors.As(err, &ce) {
+					return usagef("--%s %s", ce.Field, ce.Msg)
+				}
+				return usageError{err.Error()}
+			}
+			return runPkt(cmd, o.Engine, o.CPU, func(ctx context.Context) (any, error) { return pktengine.RunGen(ctx, o) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dst, "dst", "", "destination IPv4 address (required)")
+	f.StringVar(&o.Dev, "dev", "", "interface to send from (default: the route's interface to --dst)")
+	f.StringVar(&dstMAC, "dst-mac", "", "next hop's MAC address (default: resolved with ARP)")
+	f.StringVar(&mode, "mode", string(pktengine.GTPU), "gtpu (payload in GTP-U over UDP port 2152) or udp (payload right in UDP)")
+	f.StringVar(&size, "size", "256", fmt.Sprintf("frame size with FCS, %d..%d (gtpu: at least %d), or imix (64/594/1518 in 7:4:1; gtpu: 100 in place of 64)",
+		pktengine.MinEthernetFrame, pktengine.MaxFrameSize, pktengine.MinFrameSize(pktengine.GTPU)))
+	f.Float64Var(&rate, "rate", 10000, "packets per second to send (0: as fast as possible)")
+	f.DurationVar(&duration, "duration", 10*time.Second, "how long to send")
+	f.IntVar(&streams, "streams", 1, "number of streams (TEIDs)")
+	f.Uint32Var(&firstTEID, "teid", 1, "TEID of the first stream (the others follow)")
+	f.DurationVar(&rotateEach, "rotate", 2*time.Second, "period after which the next stream's TEID becomes the active one")
+	f.Float64Var(&probeRate, "probe-rate", 1, "latency probes per second (0: none)")
+	f.IntVar(&srcPort, "src-port", pktengine.GTPPort, "outer UDP source port")
+	f.IntVar(&dstPort, "dst-port", pktengine.GTPPort, "outer UDP destination port")
+	f.StringVar(&o.Engine, "engine", "", "packet engine: "+strings.Join(pktengine.EngineNames(), ", ")+" (default: the best usable)")
+	f.IntVar(&o.CPU, "cpu", -1, "pin the sending thread to this CPU (-1: no pinning)")
+	return cmd
+}
+
+func newPktRecvCmd() *cobra.Command {
+	var o pktengine.RecvOptions
+	cmd := &cobra.Command{
+		Use:   "recv",
+		Short: "Count the generator's frames per stream (loss, duplicates, reordering) and the probes' latency",
+		Long: `Receive on an AF_PACKET TPACKET_V3 ring and account for the frames of 'pkt gen' (others are
+counted apart): per TEID received, unique, duplicates, reordered, lost by sequence gaps; the
+one-way latency of the probes (kernel receive time minus the generator's transmit time, both
+CLOCK_REALTIME) in µs; the frames the ring dropped because the receiver did not keep up. While it
+runs it holds --sink-port with a UDP socket that drops everything, so that the host does not
+answer every frame with an ICMP port unreachable. Runs for --duration, or until SIGINT/SIGTERM,
+then prints one JSON object.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Duration < 0 {
+				return usagef("--duration %v must be >= 0 (0: until SIGINT/SIGTERM)", o.Duration)
+			}
+			if o.SinkPort < 0 || o.SinkPort > 65535 {
+				return usagef("--sink-port %d out of range (0..65535)", o.SinkPort)
+			}
+			return runPkt(cmd, o.Engine, o.CPU, func(ctx context.Context) (any, error) { return pktengine.RunRecv(ctx, o) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Dev, "dev", "", "interface to receive on (default: the only one other than loopback)")
+	f.DurationVar(&o.Duration, "duration", 0, "how long to receive (0: until SIGINT/SIGTERM)")
+	f.StringVar(&o.Engine, "engine", "", "packet engine: "+strings.Join(pktengine.EngineNames(), ", ")+" (default: the best usable)")
+	f.IntVar(&o.CPU, "cpu", -1, "pin the receiving thread to this CPU (-1: no pinning)")
+	f.IntVar(&o.SinkPort, "sink-port", pktengine.GTPPort, "UDP port to hold with a socket that drops what it gets, so that the host sends no ICMP port unreachable per frame (0: none)")
+	return cmd
+}
+
+// runPkt checks the engine and CPU (usage errors), then runs fn until it ends or SIGINT or
+// SIGTERM ends it early, and prints its result as one JSON object.
+func runPkt(cmd *cobra.Command, engine string, cpu int, fn func(ctx context.Context) (any, error)) error {
+	if cpu < -1 || cpu >= runtime.NumCPU() {
+		return usagef("--cpu %d out of range (-1, or 0..%d)", cpu, runtime.NumCPU()-1)
+	}
+	if engine != "" {
+		if _, err := pktengine.Lookup(engine); err != nil {
+			return usagef("--engine: %v", err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := fn(ctx)
+	if err != nil {
+		return fmt.Errorf("pkt %s: %w", cmd.Name(), err)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b)
+	return err
+}

@@ -24,7 +24,7 @@ func newPktCmd() *cobra.Command {
 	cmd.Long = `The packet engine of the VNF scenario, run inside a pod (a network namespace):
 'pkt recv' counts the frames of 'pkt gen' per stream and measures the latency of its probes.
 Each prints one JSON object on stdout when it ends. Engines: ` + strings.Join(pktengine.EngineNames(), ", ") + `.`
-	cmd.AddCommand(newPktGenCmd(), newPktRecvCmd())
+	cmd.AddCommand(newPktGenCmd(), newPktRecvCmd(), newPktFwdCmd())
 	return cmd
 }
 
@@ -141,6 +141,44 @@ then prints one JSON object.`,
 	f.StringVar(&o.Engine, "engine", "", "packet engine: "+strings.Join(pktengine.EngineNames(), ", ")+" (default: the best usable)")
 	f.IntVar(&o.CPU, "cpu", -1, "pin the receiving thread to this CPU (-1: no pinning)")
 	f.IntVar(&o.SinkPort, "sink-port", pktengine.GTPPort, "UDP port to hold with a socket that drops what it gets, so that the host sends no ICMP port unreachable per frame (0: none)")
+	return cmd
+}
+
+func newPktFwdCmd() *cobra.Command {
+	var (
+		o  pktengine.FwdOptions
+		to string
+	)
+	cmd := &cobra.Command{
+		Use:   "fwd --to IP:PORT",
+		Short: "Forward every UDP datagram of a port to one address, one system call each way (seed 002's VNF)",
+		Long: `A single-threaded user-space UDP forwarder, the VNF of seed 002: it receives each datagram on
+--port with one system call and sends its payload unchanged to --to with another (no batching,
+no rings), from its own address. Runs for --duration, or until SIGINT/SIGTERM, then prints one
+JSON object: datagrams received and sent, send errors, and the datagrams the kernel dropped at
+its socket because it did not keep up.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ap, err := netip.ParseAddrPort(to)
+			if err != nil || !ap.Addr().Is4() || ap.Port() == 0 {
+				return usagef("--to %q: give an IPv4 address and port, e.g. 10.244.1.5:2152", to)
+			}
+			o.To = ap
+			if o.Port < 1 || o.Port > 65535 {
+				return usagef("--port %d out of range (1..65535)", o.Port)
+			}
+			if o.Duration < 0 || o.RcvBuf < 0 {
+				return usagef("--duration and --rcvbuf must be >= 0")
+			}
+			return runPkt(cmd, "", o.CPU, func(ctx context.Context) (any, error) { return pktengine.RunFwd(ctx, o) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&to, "to", "", "IPv4 address:port to send every datagram to (required)")
+	f.IntVar(&o.Port, "port", pktengine.GTPPort, "UDP port to receive on")
+	f.DurationVar(&o.Duration, "duration", 0, "how long to forward (0: until SIGINT/SIGTERM)")
+	f.IntVar(&o.CPU, "cpu", -1, "pin the forwarder to this CPU (-1: no pinning)")
+	f.IntVar(&o.RcvBuf, "rcvbuf", 0, "receive socket buffer in bytes (0: the kernel's default)")
 	return cmd
 }
 

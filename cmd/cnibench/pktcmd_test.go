@@ -37,6 +37,10 @@ func TestPktUsageErrors(t *testing.T) {
 		{[]string{"pkt", "recv", "--cpu", "-2"}, "--cpu"},
 		{[]string{"pkt", "recv", "--sink-port", "70000"}, "--sink-port"},
 		{[]string{"pkt", "recv", "extra"}, "takes no arguments"},
+		{[]string{"pkt", "fwd"}, "--to"},
+		{[]string{"pkt", "fwd", "--to", "10.0.0.2"}, "--to"},
+		{[]string{"pkt", "fwd", "--to", "10.0.0.2:2152", "--port", "0"}, "--port 0"},
+		{[]string{"pkt", "fwd", "--to", "10.0.0.2:2152", "--rcvbuf", "-1"}, "--rcvbuf"},
 		{[]string{"pkt", "nosuch"}, "unknown command"},
 	} {
 		code, stderr := captureStderr(t, func() int { return execute(c.args) })

@@ -1,0 +1,128 @@
+package pktengine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The user-space VNF of seed 002: a single-threaded UDP forwarder that takes each datagram
+// with one system call and sends it on with another, the way a simple VNF program does (no
+// batching, no rings). It forwards the UDP payload unchanged (a GTP-U G-PDU stays one), from
+// its own address, so the receiver accounts for the generator's frames as if they came
+// straight.
+
+// FwdOptions are a forwarder run of `cnibench pkt fwd`.
+type FwdOptions struct {
+	Port     int            // UDP port it receives on
+	To       netip.AddrPort // where every datagram goes
+	Duration time.Duration  // 0: until the context ends
+	CPU      int            // pin the thread to this CPU; -1: no pinning
+	// RcvBuf is the receive socket's buffer (bytes; 0: the kernel's default).
+	RcvBuf int
+}
+
+// FwdResult is what a forwarder run did.
+type FwdResult struct {
+	Received   uint64  `json:"received"`
+	Sent       uint64  `json:"sent"`
+	SendErrors uint64  `json:"send_errors"`
+	DurationS  float64 `json:"duration_s"`
+	// SocketDrops are the datagrams the kernel dropped at the receive socket (its buffer was
+	// full: the forwarder did not keep up), from SO_RXQ_OVFL's counter.
+	SocketDrops uint64 `json:"socket_drops"`
+	Port        int    `json:"port"`
+	To          string `json:"to"`
+}
+
+// fwdPoll is how often a forwarder with nothing to do looks at its context.
+const fwdPoll = 100 * time.Millisecond
+
+// RunFwd forwards until o.Duration has passed or ctx ends, on the calling goroutine's thread
+// (inside the current network namespace).
+func RunFwd(ctx context.Context, o FwdOptions) (FwdResult, error) {
+	res := FwdResult{Port: o.Port, To: o.To.String()}
+	if o.Port < 1 || o.Port > 65535 || !o.To.IsValid() || !o.To.Addr().Is4() || o.To.Port() == 0 {
+		return res, badField("to", "%s (port %d): want a port 1..65535 and an IPv4 address:port to send to", o.To, o.Port)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	restore, err := pin(o.CPU)
+	if err != nil {
+		return res, err
+	}
+	defer restore()
+	in, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return res, err
+	}
+	defer unix.Close(in)
+	tv := unix.NsecToTimeval(fwdPoll.Nanoseconds())
+	if err := unix.SetsockoptTimeval(in, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return res, err
+	}
+	if err := unix.SetsockoptInt(in, unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1); err != nil {
+		return res, err
+	}
+	if o.RcvBuf > 0 {
+		if err := unix.SetsockoptInt(in, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, o.RcvBuf); err != nil {
+			return res, fmt.Errorf("receive buffer %d: %w", o.RcvBuf, err)
+		}
+	}
+	if err := unix.Bind(in, &unix.SockaddrInet4{Port: o.Port}); err != nil {
+		return res, fmt.Errorf("bind UDP port %d: %w", o.Port, err)
+	}
+	out, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return res, err
+	}
+	defer unix.Close(out)
+	if err := unix.Connect(out, &unix.SockaddrInet4{Port: int(o.To.Port()), Addr: o.To.Addr().As4()}); err != nil {
+		return res, fmt.Errorf("connect to %s: %w", o.To, err)
+	}
+	buf := make([]byte, 65536)
+	oob := make([]byte, unix.CmsgSpace(4))
+	start := time.Now()
+	var end time.Time
+	if o.Duration > 0 {
+		end = start.Add(o.Duration)
+	}
+	for ctx.Err() == nil && (end.IsZero() || time.Now().Before(end)) {
+		n, oobn, _, _, err := unix.Recvmsg(in, buf, oob, 0)
+		if err != nil {
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return res, fmt.Errorf("receive: %w", err)
+		}
+		res.Received++
+		res.SocketDrops = max(res.SocketDrops, overflows(oob[:oobn]))
+		if _, err := unix.Write(out, buf[:n]); err != nil {
+			res.SendErrors++ // ECONNREFUSED after an ICMP from the receiver, ENOBUFS: counted, not fatal
+			continue
+		}
+		res.Sent++
+	}
+	res.DurationS = time.Since(start).Seconds()
+	return res, nil
+}
+
+// overflows reads SO_RXQ_OVFL's drop counter from a datagram's control messages (0: none).
+func overflows(oob []byte) uint64 {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_RXQ_OVFL && len(m.Data) >= 4 {
+			return uint64(binary.NativeEndian.Uint32(m.Data))
+		}
+	}
+	return 0
+}

@@ -143,7 +143,6 @@ func BuildChain(ctx context.Context, spec ChainSpec) (_ *Chain, err error) {
 	return c, ctx.Err()
 }
 
-
 // AddAddr gives dev in namespace ns the address a/bits.
 func AddAddr(ns, dev string, a netip.Addr, bits int) error {
 	return netns.WithNetlink(ns, func(h *netlink.Handle) error {

@@ -1185,6 +1185,40 @@ func testSignal(t *testing.T, sig syscall.Signal) {
 	}
 }
 
+// A run whose stdout is a pipe nobody reads any more (`cnibench run ... | head -3`) is not
+// killed by SIGPIPE half-way with its lab standing: it runs to the end, tears its lab down,
+// records its trials and then says the table it could not print.
+func TestClosedStdout(t *testing.T) {
+	needRoot(t)
+	out := filepath.Join(t.TempDir(), "piped")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // the reader is gone before the first line
+	cmd := exec.Command(binPath, "run", "--scenario", "p2p", "--dataplane", "flannel", "--placement", "intra", "--protocol", "rr",
+		"--repeat", "1", "--duration", "1", "--warmup", "0", "--out", out)
+	cmd.Stdout, cmd.Dir = w, t.TempDir()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	before := lab.Leftovers("")
+	err = cmd.Run()
+	w.Close()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Fatalf("killed by %v (stderr %s)", ws.Signal(), stderr.String())
+	}
+	// Its summary table could not be printed: it says so, after the run ended.
+	if err == nil || !strings.Contains(stderr.String(), "broken pipe") || !strings.Contains(stderr.String(), "done in") {
+		t.Errorf("run with a closed stdout: %v (stderr %s)", err, stderr.String())
+	}
+	if got := measured(out); got != 1 {
+		t.Errorf("%d trials recorded, want 1", got)
+	}
+	if left := lab.Leftovers(""); len(left) > len(before) {
+		t.Errorf("left behind: %v (before: %v)", left, before)
+	}
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. list, doctor, version
 
@@ -1222,8 +1256,11 @@ func TestInfoCommands(t *testing.T) {
 		if f := row(r.stdout, "cilium"); !slices.Contains(f, "yes") {
 			t.Errorf("cilium row %v: want RUNS HERE yes", f)
 		}
-		if f := row(r.stdout, "vnf"); !slices.Contains(f, "no") {
-			t.Errorf("vnf row %v: want no", f)
+		if f := row(r.stdout, "vnf"); !slices.Contains(f, "yes") {
+			t.Errorf("vnf row %v: want yes", f)
+		}
+		if f := row(r.stdout, "userspace"); len(f) < 2 || f[1] != "yes" || !strings.Contains(strings.Join(f, " "), "pkt fwd") {
+			t.Errorf("VNF kind row %v: want userspace, yes and what it is", f)
 		}
 		if f := row(r.stdout, "p2p"); !slices.Contains(f, "yes") {
 			t.Errorf("p2p row %v: want yes", f)

@@ -15,11 +15,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// planned scenarios that are not built yet, so `list` tells the whole story.
-var upcoming = map[string]string{
-	"vnf": "packet-forwarding VNF (RFC 2544 search): not built yet",
-}
-
 func newDoctorCmd() *cobra.Command {
 	var noise noiseFlags
 	cmd := &cobra.Command{
@@ -91,8 +86,10 @@ func newListCmd() *cobra.Command {
 				i := sc.Info()
 				fmt.Fprintf(w, "%s\t%s\t\t\t\tyes\t%s\n", n, strings.Join(i.Protocols, ","), i.Summary)
 			}
-			for _, n := range []string{"vnf"} {
-				fmt.Fprintf(w, "%s\t\t\t\t\tno\t%s\n", n, upcoming[n])
+			fmt.Fprintln(w, "\t\t\t\t\t\t")
+			fmt.Fprintln(w, "VNF KIND\t\t\t\t\tRUNS HERE\tWHAT (vnf scenario: --vnf)")
+			for _, n := range scenario.VNFKinds() {
+				fmt.Fprintf(w, "%s\t\t\t\t\tyes\t%s\n", n, scenario.VNFSummary(n))
 			}
 			fmt.Fprintln(w, "\t\t\t\t\t\t")
 			fmt.Fprintln(w, "NF KIND\tLAYER\t\t\t\tRUNS HERE\tWHAT / REASON (chain scenario: --nf)")

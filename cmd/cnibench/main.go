@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime"
 	"strings"
+	"syscall"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/spf13/cobra"
@@ -85,6 +87,10 @@ func noArgs(cmd *cobra.Command, args []string) error {
 }
 
 func main() {
+	// A closed pipe on stdout (`cnibench run ... | head`) must not kill a run with SIGPIPE
+	// half-way, its lab standing: writes to it fail instead, and the run goes on to the end
+	// and tears down what it built.
+	signal.Ignore(syscall.SIGPIPE)
 	os.Exit(execute(os.Args[1:]))
 }
 

@@ -122,8 +122,8 @@ counted apart): per TEID received, unique, duplicates, reordered, lost by sequen
 one-way latency of the probes (kernel receive time minus the generator's transmit time, both
 CLOCK_REALTIME) in µs; the frames the ring dropped because the receiver did not keep up. While it
 runs it holds --sink-port with a UDP socket that drops everything, so that the host does not
-answer every frame with an ICMP port unreachable. Runs for --duration, or until SIGINT/SIGTERM,
-then prints one JSON object.`,
+answer every frame with an ICMP port unreachable. It says "` + pktengine.RecvReadyLine + `" on stderr once it
+sees frames. Runs for --duration, or until SIGINT/SIGTERM, then prints one JSON object.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Duration < 0 {
@@ -132,6 +132,7 @@ then prints one JSON object.`,
 			if o.SinkPort < 0 || o.SinkPort > 65535 {
 				return usagef("--sink-port %d out of range (0..65535)", o.SinkPort)
 			}
+			o.Ready = func() { fmt.Fprintln(cmd.ErrOrStderr(), pktengine.RecvReadyLine) }
 			return runPkt(cmd, o.Engine, o.CPU, func(ctx context.Context) (any, error) { return pktengine.RunRecv(ctx, o) })
 		},
 	}

@@ -208,6 +208,9 @@ type Facts struct {
 	// TempDir is a directory of the pods' file system where a scenario may put scratch files
 	// (nginx's content); the backend removes it with the cluster.
 	TempDir string
+	// Self is the cnibench executable as the cluster's pods run it ("" when they have none):
+	// the packet engine of the vnf scenario runs in pods.
+	Self string
 	// Details are the backend's other facts (overlay, prefix, kube-proxy mode, ...), recorded
 	// under the run's environment.
 	Details map[string]any

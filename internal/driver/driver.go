@@ -81,6 +81,15 @@ var tools = map[string][]string{
 	"curl":    {"curl", "nginx", BusyboxPath},
 }
 
+// CaseTools returns the host executables a case measured by tool (its label: "" = the
+// protocol's driver) over protocol needs: the packet engine is cnibench itself and needs none.
+func CaseTools(tool, protocol string) ([]string, error) {
+	if tool == PktTool {
+		return nil, nil
+	}
+	return Tools(protocol)
+}
+
 // Tools returns the executables measuring protocol needs (client and server).
 func Tools(protocol string) ([]string, error) {
 	d, err := For(protocol)

@@ -15,6 +15,9 @@ import (
 // are pktengine.GenResult and pktengine.RecvResult: the engine owns them). The receiver is
 // started first and stopped (SIGTERM, or its own --duration) after the generator has ended.
 
+// PktTool is the packet engine's name as a case's tool label.
+const PktTool = "cnibench-pkt"
+
 // PktGenSpec is one generator run.
 type PktGenSpec struct {
 	Binary    string  // the cnibench executable; "" = "cnibench"

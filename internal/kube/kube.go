@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/image"
 	"github.com/cnibench/cnibench/internal/names"
 )
 
@@ -192,7 +193,7 @@ func (c *Cluster) Facts() cluster.Facts {
 	for i, n := range c.nodes {
 		nodes[i] = n.Name
 	}
-	f := cluster.Facts{Backend: backendName, Dataplane: clusterDataplane, Name: "namespace " + c.ns, TempDir: "/tmp"} // a pod's /tmp goes with it
+	f := cluster.Facts{Backend: backendName, Dataplane: clusterDataplane, Name: "namespace " + c.ns, TempDir: "/tmp", Self: image.SelfPath} // a pod's /tmp goes with it
 	d := map[string]any{"namespace": c.ns, "nodes": nodes, "image": c.cfg.Image}
 	for k, v := range c.info {
 		d[k] = v

@@ -35,8 +35,9 @@ func binDir() string {
 }
 
 // UpForTest brings a cluster up for a test and registers its teardown, which also checks that
-// nothing is left behind.
-func upForTest(t *testing.T, mode string) *Harness {
+// nothing is left behind. It returns the CLI built for the test (buildCLI), which is also the
+// tools image's cnibench (the packet engine runs it in pods).
+func upForTest(t *testing.T, mode string) (*Harness, string) {
 	t.Helper()
 	// make test and make e2e set CNIBENCH_KUBE_E2E=1 after building the binaries: there a
 	// missing binary is a failure, not a skip.
@@ -52,7 +53,8 @@ func upForTest(t *testing.T, mode string) *Harness {
 	}
 	prefix := fmt.Sprintf("cnbtk%03d", rand.Intn(1000))
 	img := filepath.Join(t.TempDir(), "tools.tar")
-	if _, err := image.Build(img, image.Options{}); err != nil {
+	bin := buildCLI(t)
+	if _, err := image.Build(img, image.Options{Self: bin}); err != nil {
 		t.Fatalf("tools image: %v", err)
 	}
 	before := hostState(t)
@@ -74,7 +76,7 @@ func upForTest(t *testing.T, mode string) *Harness {
 			t.Errorf("host state changed:\nbefore: %s\nafter:  %s", before, after)
 		}
 	})
-	return h
+	return h, bin
 }
 
 // dumpLogs logs the end of every cluster daemon's log (they go with Down), for a failure's
@@ -130,8 +132,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // workloads through the kube backend directly and then the whole CLI against it, and tears it
 // down to nothing (checked in upForTest's cleanup).
 func TestRealCluster(t *testing.T) {
-	h := upForTest(t, "iptables")
-	bin := buildCLI(t)
+	h, bin := upForTest(t, "iptables")
 	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
 	t.Run("cli", func(t *testing.T) { cliOnCluster(t, h, bin, "--plan", "../../plans/quick.yaml") })
 	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s") })
@@ -143,6 +144,21 @@ func TestRealCluster(t *testing.T) {
 	t.Run("cli-fake-nodes", func(t *testing.T) { cliFakeNodes(t, h, bin) })
 	t.Run("cli-scale", func(t *testing.T) { cliScale(t, h, bin) })
 	t.Run("fake-nodes", func(t *testing.T) { fakeNodesOnCluster(t, h) })
+	t.Run("vnf", func(t *testing.T) { vnfOnCluster(t, h, bin) })
+}
+
+// vnfOnCluster runs the vnf scenario on the cluster: the packet engine in pods of the tools
+// image, two user-space VNF replicas behind a real ClusterIP Service (kube-proxy), one on each
+// node, each a Burstable pod with a 1000m CPU limit; the search finds an NDR and a PDR.
+func vnfOnCluster(t *testing.T, h *Harness, bin string) {
+	sum := cliSummary(t, h, bin, true, "--scenario", "vnf", "--placement", "split", "--replicas", "2", "--cpu-limit", "1000", "--repeat", "1")
+	for _, r := range sum.Results {
+		m := func(k string) float64 { return r.Metrics[k].Mean }
+		if r.Status != "ok" || m("ndr_pps") <= 1000 || m("pdr_pps") < m("ndr_pps") || m("latency_p50_us") <= 0 {
+			t.Errorf("%s: %s (%s): NDR %.0f PDR %.0f latency p50 %.1f us", r.Case.ID, r.Status, r.Reason, m("ndr_pps"), m("pdr_pps"), m("latency_p50_us"))
+		}
+		t.Logf("%s: NDR %.0f pps, PDR %.0f pps (%d search trials), generator %.0f pps", r.Case.ID, m("ndr_pps"), m("pdr_pps"), int(m("search_trials_count")), m("generator_max_pps"))
+	}
 }
 
 // cliScale runs issue 4's scenarios on the real cluster: p2s with 50 extra Services whose
@@ -315,8 +331,7 @@ func probeOnCluster(t *testing.T, h *Harness) {
 
 // TestRealClusterNFTables runs the CLI against the cluster with kube-proxy in nftables mode.
 func TestRealClusterNFTables(t *testing.T) {
-	h := upForTest(t, "nftables")
-	bin := buildCLI(t)
+	h, bin := upForTest(t, "nftables")
 	cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr")
 	// Services through kube-proxy's nftables mode: every protocol, intra and inter node.
 	cliOnCluster(t, h, bin, "--scenario", "p2s")

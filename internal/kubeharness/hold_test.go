@@ -22,7 +22,7 @@ func TestHold(t *testing.T) {
 	default:
 		t.Fatalf("CNIBENCH_KUBE_HOLD_PROXY=%q: want iptables or nftables", mode)
 	}
-	h := upForTest(t, mode)
+	h, _ := upForTest(t, mode)
 	if err := os.WriteFile(f, []byte(h.Kubeconfig+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

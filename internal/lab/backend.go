@@ -88,7 +88,7 @@ func (Backend) Preflight(ctx context.Context, cases []result.CaseSpec) error {
 	}
 	parts := map[string]dataplane.Parts{}
 	for _, c := range cases {
-		ts, err := driver.Tools(c.Case.Protocol)
+		ts, err := driver.CaseTools(c.Case.Tool, c.Case.Protocol)
 		if err != nil {
 			return cluster.BadInput("case %s: %v", c.Case.ID, err)
 		}

@@ -457,7 +457,7 @@ func (l *Lab) Facts() cluster.Facts {
 	for k, v := range l.dp.Overlay.Facts(l.dp.Preset) {
 		details[k] = v
 	}
-	return cluster.Facts{Backend: "lab", Dataplane: l.dp.Preset.Name, PodMTU: l.PodMTU(), Name: l.cfg.Prefix, TempDir: TempDir(l.cfg.Prefix), Details: details}
+	return cluster.Facts{Backend: "lab", Dataplane: l.dp.Preset.Name, PodMTU: l.PodMTU(), Name: l.cfg.Prefix, TempDir: TempDir(l.cfg.Prefix), Self: SelfExecutable(), Details: details}
 }
 
 // Close implements cluster.Cluster: idempotent removal of everything with the lab's prefix.

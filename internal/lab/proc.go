@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -167,3 +168,20 @@ func HostCPU() (cluster.CPUSample, error) {
 
 // killNSProcs kills every process in a namespace (netns.KillAll).
 func killNSProcs(name string) error { return netns.KillAll(name) }
+
+// SelfEnv names a cnibench executable for lab pods to run (tests set it to a binary they
+// built); without it pods run the running executable when that is cnibench.
+const SelfEnv = "CNIBENCH_SELF"
+
+// SelfExecutable is the cnibench executable lab pods run ("" when there is none: a test
+// binary is not cnibench).
+func SelfExecutable() string {
+	if p := os.Getenv(SelfEnv); p != "" {
+		return p
+	}
+	exe, err := os.Executable()
+	if err != nil || !strings.HasPrefix(filepath.Base(exe), "cnibench") || strings.HasSuffix(exe, ".test") {
+		return ""
+	}
+	return exe
+}

@@ -232,7 +232,13 @@ func (r *receiver) result() RecvResult {
 type RecvConfig struct {
 	// Duration is how long to receive; 0: until ctx ends.
 	Duration time.Duration
+	// Ready, when set, is called once the receiver can see frames (its ring is open).
+	Ready func() `json:"-"`
 }
+
+// RecvReadyLine is what `cnibench pkt recv` prints on stderr once it sees frames: a scenario
+// starts the generator after it.
+const RecvReadyLine = "pkt recv: ready"
 
 // pollEvery bounds how long the receiver waits in one Read, so that it notices the end.
 const pollEvery = 50 * time.Millisecond
@@ -247,6 +253,9 @@ func Receive(ctx context.Context, e Engine, ifc Iface, cfg RecvConfig) (RecvResu
 	rx, err := e.OpenRX(ifc)
 	if err != nil {
 		return RecvResult{}, fmt.Errorf("%s on %s: %w", e.Name(), ifc.Name, err)
+	}
+	if cfg.Ready != nil {
+		cfg.Ready()
 	}
 	res, err := receive(ctx, rx, cfg)
 	res.Engine, res.Dev = e.Name(), ifc.Name

@@ -38,7 +38,7 @@ import (
 var Keys = []string{
 	"scenario", "dataplane", "placement", "protocol",
 	"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules",
-	"external-traffic-policy",
+	"external-traffic-policy", "vnf", "cpu-limit", "cpu-isolation", "frame-size",
 	"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies",
 }
 
@@ -49,6 +49,10 @@ var Placements = []string{"intra", "inter"}
 // externalTrafficPolicy, Kubernetes' Cluster and Local in lower case.
 var ExternalTrafficPolicies = []string{"cluster", "local"}
 
+// CPUIsolations are the values of key cpu-isolation: a VNF pod's CPUs shared with the node's
+// other pods (Kubernetes' Burstable) or exclusive to it (Guaranteed, static CPU manager).
+var CPUIsolations = []string{"shared", "exclusive"}
+
 // Catalog describes what this build and host can run.
 type Catalog struct {
 	Scenarios  map[string]scenario.Info     // the plan reads Dataplanes, Placements, Protocols, their defaults, Params, Valid and Check
@@ -58,6 +62,8 @@ type Catalog struct {
 	// Proxies and Policies are the lab's Service implementations and policy engines, NFs the
 	// network-function kinds of chains (nil = any value is accepted).
 	Proxies, Policies, NFs []string
+	// VNFs are the kinds of packet-forwarding VNF of the vnf scenario (nil = any).
+	VNFs []string
 }
 
 // Group is one case group of a plan (or the flags). A nil slice or pointer means the key is
@@ -75,17 +81,23 @@ type Group struct {
 	Proxy     []string `yaml:"proxy,omitempty,flow"`
 	Policy    []string `yaml:"policy,omitempty,flow"`
 	// NF, ChainLength and Rules sweep a service-function chain's network-function kinds, its
-	// length and its NFs' firewall rule counts.
-	NF          []string `yaml:"nf,omitempty,flow"`
-	ChainLength []int    `yaml:"chain-length,omitempty,flow"`
-	Rules       []int    `yaml:"rules,omitempty,flow"`
-	Repeat      *int     `yaml:"repeat,omitempty"`   // trials per case
-	Duration    *int     `yaml:"duration,omitempty"` // seconds per trial
-	Warmup      *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
-	CPUs        *[2]int  `yaml:"cpus,omitempty,flow"`
-	MTU         *int     `yaml:"mtu,omitempty"` // underlay MTU
-	Nodes       *int     `yaml:"nodes,omitempty"`
-	Copies      *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
+	// length and its NFs' firewall rule counts; VNF, CPULimit, CPUIsolation and FrameSize a
+	// packet-forwarding VNF's kind, CPU limit (millicores, 0 = none) and isolation, and the
+	// frame size its traffic has.
+	NF           []string `yaml:"nf,omitempty,flow"`
+	ChainLength  []int    `yaml:"chain-length,omitempty,flow"`
+	Rules        []int    `yaml:"rules,omitempty,flow"`
+	VNF          []string `yaml:"vnf,omitempty,flow"`
+	CPULimit     []int    `yaml:"cpu-limit,omitempty,flow"`
+	CPUIsolation []string `yaml:"cpu-isolation,omitempty,flow"`
+	FrameSize    []int    `yaml:"frame-size,omitempty,flow"`
+	Repeat       *int     `yaml:"repeat,omitempty"`   // trials per case
+	Duration     *int     `yaml:"duration,omitempty"` // seconds per trial
+	Warmup       *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
+	CPUs         *[2]int  `yaml:"cpus,omitempty,flow"`
+	MTU          *int     `yaml:"mtu,omitempty"` // underlay MTU
+	Nodes        *int     `yaml:"nodes,omitempty"`
+	Copies       *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
 
 	// ExternalTrafficPolicy sweeps the externalTrafficPolicy of a NodePort Service reached from
 	// outside the cluster (n2s): cluster, local.
@@ -194,6 +206,10 @@ func (g Group) clone() Group {
 	c.NF = slices.Clone(g.NF)
 	c.ChainLength = slices.Clone(g.ChainLength)
 	c.Rules = slices.Clone(g.Rules)
+	c.VNF = slices.Clone(g.VNF)
+	c.CPULimit = slices.Clone(g.CPULimit)
+	c.CPUIsolation = slices.Clone(g.CPUIsolation)
+	c.FrameSize = slices.Clone(g.FrameSize)
 	c.ExternalTrafficPolicy = slices.Clone(g.ExternalTrafficPolicy)
 	c.Repeat = ptrClone(g.Repeat)
 	c.Duration = ptrClone(g.Duration)
@@ -228,6 +244,10 @@ func (g *Group) strList(k string) *[]string {
 		return &g.NF
 	case "external-traffic-policy":
 		return &g.ExternalTrafficPolicy
+	case "vnf":
+		return &g.VNF
+	case "cpu-isolation":
+		return &g.CPUIsolation
 	}
 	return nil
 }
@@ -246,6 +266,10 @@ func (g *Group) intList(k string) *[]int {
 		return &g.ChainLength
 	case "rules":
 		return &g.Rules
+	case "cpu-limit":
+		return &g.CPULimit
+	case "frame-size":
+		return &g.FrameSize
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ func testCatalog() Catalog {
 	}
 }
 
-const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, repeat, duration, warmup, cpus, mtu, nodes, copies"
+const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, repeat, duration, warmup, cpus, mtu, nodes, copies"
 
 func mustParse(t *testing.T, text string) []Group {
 	t.Helper()
@@ -232,7 +232,7 @@ func TestValidateErrors(t *testing.T) {
 
 func TestValidateUnusedParam(t *testing.T) {
 	err := Validate(mustParse(t, "- scenario: baseline\n  services: [5]\n"), testCatalog(), "plans/x.yaml")
-	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy it uses none of them): remove it"
+	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size it uses none of them): remove it"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
@@ -850,6 +850,56 @@ func TestExpandExternalTrafficPolicy(t *testing.T) {
 	for plan, msg := range map[string]string{
 		"- scenario: n2s\n  external-traffic-policy: [Local]\n": `plans/x.yaml: [0].external-traffic-policy[0]: unknown external-traffic-policy "Local" (valid: cluster, local)`,
 		"- scenario: p2p\n  external-traffic-policy: local\n":   "plans/x.yaml: [0].external-traffic-policy: scenario p2p does not use external-traffic-policy",
+	} {
+		_, err := Expand(mustParse(t, plan), cat, "lab", BuiltinDefaults())
+		if err == nil || !strings.HasPrefix(err.Error(), msg) {
+			t.Errorf("%q: got %v, want %s", plan, err, msg)
+		}
+	}
+}
+
+// The vnf keys: the scenario's defaults when unset, sweeps crossed in the documented order
+// (vnf > cpu-limit > cpu-isolation > frame-size), in the ids (kind and isolation as words,
+// limit and size as scale suffixes); values checked; from the flags too.
+func TestExpandVNFKeys(t *testing.T) {
+	cat := testCatalog()
+	cat.VNFs = []string{"userspace", "kernel"}
+	cat.Scenarios["vnf"] = scenario.Info{
+		Placements: []string{"intra", "inter", "split"}, Protocols: []string{"gtpu", "udp"}, DefaultProtocols: []string{"gtpu"},
+		DefaultDataplanes: []string{"flannel"}, Params: []string{"replicas", "vnf", "cpu-limit", "cpu-isolation", "frame-size"},
+		DefaultStrs: map[string][]string{"vnf": {"userspace"}, "cpu-isolation": {"shared"}},
+		DefaultInts: map[string][]int{"frame-size": {256}},
+	}
+	specs, err := Expand(mustParse(t, "- scenario: vnf\n  placement: intra\n- scenario: vnf\n  placement: split\n  replicas: 2\n  vnf: [kernel]\n  cpu-limit: [200, 1000]\n  cpu-isolation: [shared, exclusive]\n  frame-size: 64\n"), cat, "lab", BuiltinDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"vnf/flannel/intra/gtpu/vnf=userspace/iso=shared/size=256",
+		"vnf/flannel/split/gtpu/vnf=kernel/iso=shared/rep=2/cpu=200/size=64",
+		"vnf/flannel/split/gtpu/vnf=kernel/iso=exclusive/rep=2/cpu=200/size=64",
+		"vnf/flannel/split/gtpu/vnf=kernel/iso=shared/rep=2/cpu=1000/size=64",
+		"vnf/flannel/split/gtpu/vnf=kernel/iso=exclusive/rep=2/cpu=1000/size=64",
+	}
+	if got := ids(specs); !reflect.DeepEqual(got, want) {
+		t.Errorf("ids\n got %v\nwant %v", got, want)
+	}
+	if c := specs[2].Case; c.VNF != "kernel" || c.CPULimit != 200 || c.CPUIsolation != "exclusive" || c.FrameSize != 64 || c.Variant() != "flannel vnf=kernel" || c.Primary() != "ndr_pps" || c.BaselineID() != "" {
+		t.Errorf("labels %+v variant %q", c, c.Variant())
+	}
+	g, err := FromFlags(map[string]string{"scenario": "vnf", "cpu-limit": "500", "cpu-isolation": "exclusive", "frame-size": "128,1518"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if specs, err := Expand(Merge(nil, g), cat, "lab", BuiltinDefaults()); err != nil || len(specs) != 6 || specs[0].Case.CPULimit != 500 || specs[1].Case.FrameSize != 1518 {
+		t.Errorf("from flags: %v %v", ids(specs), err)
+	}
+	for plan, msg := range map[string]string{
+		"- scenario: vnf\n  cpu-isolation: [guaranteed]\n": `plans/x.yaml: [0].cpu-isolation[0]: unknown cpu-isolation "guaranteed" (valid: shared, exclusive)`,
+		"- scenario: vnf\n  vnf: [dpdk]\n":                 `plans/x.yaml: [0].vnf[0]: unknown vnf "dpdk" (valid: userspace, kernel)`,
+		"- scenario: vnf\n  frame-size: [9000]\n":          "plans/x.yaml: [0].frame-size[0]: 9000 out of range (64..1518)",
+		"- scenario: vnf\n  cpu-limit: [-1]\n":             "plans/x.yaml: [0].cpu-limit[0]: -1 out of range (0..64000)",
+		"- scenario: p2p\n  frame-size: 64\n":              "plans/x.yaml: [0].frame-size: scenario p2p does not use frame-size",
 	} {
 		_, err := Expand(mustParse(t, plan), cat, "lab", BuiltinDefaults())
 		if err == nil || !strings.HasPrefix(err.Error(), msg) {

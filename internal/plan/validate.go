@@ -10,7 +10,8 @@ import (
 )
 
 // paramKeys are the keys a scenario uses only when its Info.Params name them.
-var paramKeys = []string{"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules", "external-traffic-policy"}
+var paramKeys = []string{"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules", "external-traffic-policy",
+	"vnf", "cpu-limit", "cpu-isolation", "frame-size"}
 
 // bounds is the inclusive range of an integer key.
 type bounds struct{ lo, hi int }
@@ -23,6 +24,8 @@ var ranges = map[string]bounds{
 	"replicas":     {1, 1000},
 	"chain-length": {1, 32},
 	"rules":        {1, 100000},
+	"cpu-limit":    {0, 64000},
+	"frame-size":   {64, 1518},
 	"repeat":       {1, 1000},
 	"duration":     {1, 3600},
 	"warmup":       {0, 600},
@@ -116,6 +119,8 @@ type resolved struct {
 	dataplanes, placements, protocols, proxies, policyNames, nfs []string
 	services, policies, pods, replicas, lengths, rules           []int
 	etps                                                         []string // externalTrafficPolicy
+	vnfs, isolations                                             []string
+	cpuLimits, frameSizes                                        []int
 }
 
 func orStr(v, def []string) []string {
@@ -155,6 +160,10 @@ func resolveGroup(g *Group, info scenario.Info, cat Catalog) resolved {
 		lengths:     orInt(g.ChainLength, orInt(info.DefaultInts["chain-length"], []int{0})),
 		rules:       orInt(g.Rules, orInt(info.DefaultInts["rules"], []int{0})),
 		etps:        orStr(g.ExternalTrafficPolicy, orStr(info.DefaultStrs["external-traffic-policy"], []string{""})),
+		vnfs:        orStr(g.VNF, orStr(info.DefaultStrs["vnf"], []string{""})),
+		cpuLimits:   orInt(g.CPULimit, orInt(info.DefaultInts["cpu-limit"], []int{0})),
+		isolations:  orStr(g.CPUIsolation, orStr(info.DefaultStrs["cpu-isolation"], []string{""})),
+		frameSizes:  orInt(g.FrameSize, orInt(info.DefaultInts["frame-size"], []int{0})),
 	}
 }
 
@@ -204,7 +213,7 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Integer lists.
-	for _, key := range []string{"services", "policies", "pods", "replicas", "chain-length", "rules"} {
+	for _, key := range []string{"services", "policies", "pods", "replicas", "chain-length", "rules", "cpu-limit", "frame-size"} {
 		vals := *g.intList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
@@ -218,12 +227,13 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Free-form string lists.
-	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy"} {
+	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy", "vnf", "cpu-isolation"} {
 		vals := *g.strList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
 		}
-		allowed := map[string][]string{"proxy": cat.Proxies, "policy": cat.Policies, "nf": cat.NFs, "external-traffic-policy": ExternalTrafficPolicies}[key]
+		allowed := map[string][]string{"proxy": cat.Proxies, "policy": cat.Policies, "nf": cat.NFs, "external-traffic-policy": ExternalTrafficPolicies,
+			"vnf": cat.VNFs, "cpu-isolation": CPUIsolations}[key]
 		for i, v := range vals {
 			if v == "" {
 				return c.fail(key, i, "empty value")

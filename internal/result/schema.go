@@ -34,6 +34,13 @@ type Case struct {
 	// ExternalTrafficPolicy is a NodePort Service's externalTrafficPolicy ("cluster" or
 	// "local") in scenarios that reach one from outside the cluster (n2s); "" elsewhere.
 	ExternalTrafficPolicy string `json:"external_traffic_policy,omitempty"`
+	// VNF, CPULimit, CPUIsolation and FrameSize are a packet-forwarding VNF's labels (the vnf
+	// scenario): its kind, each replica's CPU limit in millicores (0: none), whether its CPUs
+	// are "shared" or "exclusive", and the size of the frames it forwards (bytes with FCS).
+	VNF          string `json:"vnf,omitempty"`
+	CPULimit     int    `json:"cpu_limit,omitempty"`
+	CPUIsolation string `json:"cpu_isolation,omitempty"`
+	FrameSize    int    `json:"frame_size,omitempty"`
 	// MTU and Nodes are the lab's underlay MTU and node count (0 where the backend does not set
 	// them: a real cluster has its own); they are in the id only when a plan sweeps them.
 	MTU   int `json:"mtu,omitempty"`
@@ -60,18 +67,26 @@ func (c Case) MakeID() string {
 	if c.NF != "" {
 		parts = append(parts, "nf="+c.NF)
 	}
+	if c.VNF != "" {
+		parts = append(parts, "vnf="+c.VNF)
+	}
 	return c.joinID(append(parts, c.Modes()...)...)
 }
 
 // Modes are the case's labels that are words, not numbers, and say what is measured rather
-// than what it runs on (a variant: dataplane, proxy, policy, nf): the externalTrafficPolicy
-// of a NodePort Service ("etp=local"). They are in the id, in CompareKey and, in reports,
+// than what it runs on (a variant: dataplane, proxy, policy, nf, vnf): the
+// externalTrafficPolicy of a NodePort Service ("etp=local"), a VNF's CPU isolation
+// ("iso=exclusive"). They are in the id, in CompareKey and, in reports,
 // beside the scale dimensions. Empty for most cases.
 func (c Case) Modes() []string {
-	if c.ExternalTrafficPolicy == "" {
-		return nil
+	var out []string
+	if c.ExternalTrafficPolicy != "" {
+		out = append(out, "etp="+c.ExternalTrafficPolicy)
 	}
-	return []string{"etp=" + c.ExternalTrafficPolicy}
+	if c.CPUIsolation != "" {
+		out = append(out, "iso="+c.CPUIsolation)
+	}
+	return out
 }
 
 // Key is the case's id, or the id it would have (a case written without one).
@@ -126,6 +141,8 @@ func (c Case) Dims() []Dim {
 		{Key: "rep", Name: "replicas", Value: c.Replicas, Set: c.Replicas > 1, Sweep: true},
 		{Key: "len", Name: "chain_length", Value: c.ChainLength, Set: c.ChainLength > 0, Sweep: true},
 		{Key: "rules", Name: "rules", Value: c.Rules, Set: c.Rules > 0, Sweep: true},
+		{Key: "cpu", Name: "cpu_limit", Value: c.CPULimit, Set: c.CPULimit > 0, Sweep: true},
+		{Key: "size", Name: "frame_size", Value: c.FrameSize, Set: c.FrameSize > 0, Sweep: true},
 		{Key: "mtu", Name: "mtu", Value: c.MTU, Set: c.MTU != 0 && c.MTU != DefaultMTU, Sweep: true},
 		{Key: "nodes", Name: "nodes", Value: c.Nodes, Set: c.Nodes != 0 && c.Nodes != DefaultNodes, Sweep: true},
 		{Key: "copy", Name: "copy", Value: c.Copy, Set: c.Copy > 1},
@@ -166,12 +183,13 @@ func (c Case) WithParts(proxy, policy bool) string {
 }
 
 // Variant is what a case ran on: its dataplane, plus the proxy and policy when its id names
-// them ("flannel proxy=nftables") and a chain's network-function kind ("bare nf=xdp").
+// them ("flannel proxy=nftables"), a chain's network-function kind ("bare nf=xdp") and a
+// VNF's kind ("flannel vnf=userspace").
 // Reports give each variant a column of its own.
 func (c Case) Variant() string {
 	v := c.Dataplane
 	for _, part := range strings.Split(c.ID, "/") {
-		if strings.HasPrefix(part, "proxy=") || strings.HasPrefix(part, "policy=") || strings.HasPrefix(part, "nf=") {
+		if strings.HasPrefix(part, "proxy=") || strings.HasPrefix(part, "policy=") || strings.HasPrefix(part, "nf=") || strings.HasPrefix(part, "vnf=") {
 			v += " " + part
 		}
 	}
@@ -183,8 +201,11 @@ func (c Case) Variant() string {
 // time to first byte (mean of the central 4 of 6 fetches; lower is better), and for the
 // reaction scenario the time until traffic reaches a new endpoint (lower is better).
 func (c Case) Primary() string {
-	if c.Scenario == "reaction" { // how fast the data plane follows a new endpoint
+	switch c.Scenario {
+	case "reaction": // how fast the data plane follows a new endpoint
 		return "reaction_up_ms"
+	case "vnf": // the rate forwarded without loss
+		return "ndr_pps"
 	}
 	switch c.Protocol {
 	case "tcp", "udp":
@@ -197,9 +218,9 @@ func (c Case) Primary() string {
 
 // BaselineID names the baseline case a pod result is compared with: the bare veth pair for
 // intra-node cases, node to node over the underlay for inter-node cases, same protocol and
-// lab shape (MTU, nodes). "" for baselines and reaction times.
+// lab shape (MTU, nodes). "" for baselines, reaction times and VNF rates.
 func (c Case) BaselineID() string {
-	if c.Scenario == "baseline" || c.Scenario == "reaction" { // a reaction time has no baseline
+	if c.Scenario == "baseline" || c.Scenario == "reaction" || c.Scenario == "vnf" { // no baseline measures the same
 		return ""
 	}
 	b := Case{Scenario: "baseline", Dataplane: "bare", Placement: "intra", Protocol: c.Protocol, MTU: c.MTU, Nodes: c.Nodes}

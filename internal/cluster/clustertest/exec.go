@@ -32,7 +32,14 @@ func (p *process) Stop() error {
 	return nil
 }
 
-func (p *process) Output() []byte { return nil }
+func (p *process) Output() []byte {
+	p.f.mu.Lock()
+	defer p.f.mu.Unlock()
+	if isPkt(p.cmd, "recv") {
+		return p.f.pktRecvOutput(p.stopped)
+	}
+	return nil
+}
 
 func newCall(pod string, argv []string) Call {
 	c := Call{Pod: pod, Argv: slices.Clone(argv), CPU: -1, Cmd: slices.Clone(argv)}
@@ -81,7 +88,8 @@ func (f *Fake) Start(ctx context.Context, pod string, argv []string, ready clust
 //   - /bin/busybox nc ... IP PORT exits 0 when IP:PORT reaches a server, else 1; when the
 //     server reached is itself a one-shot `nc -l ... -e ... netstat -tn`, stdout is that
 //     netstat's line for the connection, as the server sees it (see Source);
-//   - other /bin/busybox applets (sh, rm, mkdir: preparing and removing files) exit 0.
+//   - other /bin/busybox applets (sh, rm, mkdir: preparing and removing files) exit 0;
+//   - cnibench pkt gen runs the simulated packet engine (see pkt.go).
 //
 // Anything else is an error naming the command.
 func (f *Fake) Exec(ctx context.Context, pod string, argv []string) (cluster.ExecResult, error) {
@@ -103,6 +111,9 @@ func (f *Fake) Exec(ctx context.Context, pod string, argv []string) (cluster.Exe
 	cmd := c.Cmd
 	if len(cmd) == 0 {
 		return cluster.ExecResult{}, fmt.Errorf("clustertest: exec in %s: empty command", pod)
+	}
+	if isPkt(cmd, "gen") {
+		return f.pktGen(cmd)
 	}
 	switch path.Base(cmd[0]) {
 	case "iperf3":

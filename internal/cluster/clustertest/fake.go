@@ -38,6 +38,9 @@ type Config struct {
 	CPUStep cluster.CPUSample
 	// Fail makes calls fail on purpose.
 	Fail Failures
+	// PktGenMax is what the simulated packet generator offers flat out, and VNFCapacity what
+	// each VNF forwarding for it does, in packets/s (0: DefaultPktGenMax, DefaultVNFCapacity).
+	PktGenMax, VNFCapacity float64
 	// NoNodePorts is why the cluster serves no NodePorts: NodePorts returns it as an
 	// unsupported error ("" = NodePorts are served; see cluster.NodePortChecker).
 	NoNodePorts string
@@ -93,6 +96,9 @@ type Fake struct {
 	vips     int            // ClusterIPs handed out
 	outside  int            // addresses of external clients handed out
 	closed   int
+	pkt      pktRun // the simulated packet engine's last run (pkt.go)
+
+	pktGenMax, vnfCapacity float64
 }
 
 type service struct {
@@ -110,7 +116,14 @@ func New(cfg Config) *Fake {
 	}
 	f.facts = cfg.Facts
 	if f.facts.Backend == "" && f.facts.Dataplane == "" && f.facts.PodMTU == 0 && f.facts.Details == nil {
-		f.facts = cluster.Facts{Backend: "fake", Dataplane: "fake", PodMTU: 1500, TempDir: "/tmp/clustertest"}
+		f.facts = cluster.Facts{Backend: "fake", Dataplane: "fake", PodMTU: 1500, TempDir: "/tmp/clustertest", Self: cfg.Facts.Self}
+	}
+	f.pktGenMax, f.vnfCapacity = cfg.PktGenMax, cfg.VNFCapacity
+	if f.pktGenMax == 0 {
+		f.pktGenMax = DefaultPktGenMax
+	}
+	if f.vnfCapacity == 0 {
+		f.vnfCapacity = DefaultVNFCapacity
 	}
 	f.step = cfg.CPUStep
 	if f.step == (cluster.CPUSample{}) {

@@ -1,0 +1,375 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/driver"
+	"github.com/cnibench/cnibench/internal/pktengine"
+	"github.com/cnibench/cnibench/internal/result"
+	"github.com/cnibench/cnibench/internal/search"
+)
+
+// vnf: a packet-forwarding VNF under orchestration (seed 002 ch. 5-6; the IETF BMWG
+// containerized-infrastructure draft). A generator pod sends GTP-U (or plain UDP) frames to a
+// Service whose endpoints are N VNF replicas; each replica forwards them to a receiver pod,
+// which accounts for every frame. The Service is the load balancer (the data plane's proxy:
+// iptables, nftables, eBPF), the replicas get the case's CPU resources (a limit; CPUs shared
+// with the node's other pods or their own), and the placement puts them on the generator's
+// (the load balancer's) node, the other node, or both. The generator and the receiver stand on
+// the first node.
+//
+// A trial is one NDR/PDR search (search.MLR: loss targets 0 and 0.005, width 0.005) whose
+// trials are runs of the packet engine at a rate; its final trials last the case's duration,
+// its first ones a second. The highest rate searched is what the generator offers flat out
+// through the Service (measured at set-up), less 5 %: above it a VNF's losses could not be
+// told from the generator's limits. An NDR at that rate says the VNFs forward all the
+// generator can send (the goal's note says so).
+type vnf struct{}
+
+func init() { Register(vnf{}) }
+
+func (vnf) Name() string { return "vnf" }
+
+// vnfPort is the port the Service, the VNFs and the receiver use: GTP-U's.
+const vnfPort = pktengine.GTPPort
+
+// vnfKind is a kind of VNF: the command its replicas run to forward what reaches them on
+// vnfPort to the receiver at to ("IP:port"), given the cnibench executable of the pods.
+type vnfKind struct {
+	name, summary string
+	argv          func(self, to string) []string
+}
+
+var vnfKinds = map[string]vnfKind{}
+
+func registerVNF(k vnfKind) {
+	if _, dup := vnfKinds[k.name]; dup {
+		panic("scenario: VNF kind " + k.name + " registered twice")
+	}
+	vnfKinds[k.name] = k
+}
+
+// VNFSummary says what a kind of VNF is ("" for an unknown one).
+func VNFSummary(name string) string { return vnfKinds[name].summary }
+
+// VNFKinds lists the kinds of VNF of the vnf scenario, sorted.
+func VNFKinds() []string {
+	var out []string
+	for n := range vnfKinds {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func init() {
+	registerVNF(vnfKind{name: "userspace",
+		summary: "seed 002's VNF: a single-threaded user-space UDP forwarder, one system call per datagram each way (cnibench pkt fwd)",
+		argv: func(self, to string) []string {
+			return []string{self, "pkt", "fwd", "--port", strconv.Itoa(vnfPort), "--to", to}
+		}})
+}
+
+// vnfSplit is the placement that spreads the replicas over both nodes.
+const vnfSplit = "split"
+
+func (vnf) Info() Info {
+	return Info{
+		Summary:           "packet-forwarding VNF: generator -> Service -> N VNF replicas -> receiver, NDR/PDR by an MLRsearch-style search (seed 002, IETF BMWG)",
+		DefaultDataplanes: []string{"flannel"},
+		// The VNF replicas on the generator's (load balancer's) node, on the other node, or
+		// spread over both.
+		Placements:       []string{"intra", "inter", vnfSplit},
+		Protocols:        []string{string(pktengine.GTPU), string(pktengine.UDP)},
+		DefaultProtocols: []string{string(pktengine.GTPU)},
+		Params:           []string{"replicas", "proxy", "vnf", "cpu-limit", "cpu-isolation", "frame-size"},
+		Tool:             driver.PktTool,
+		DefaultStrs:      map[string][]string{"vnf": {"userspace"}, "cpu-isolation": {"shared"}},
+		DefaultInts:      map[string][]int{"frame-size": {256}},
+		// The generator runs flat out during a search: nothing else may share the nodes.
+		Exclusive: func(result.Case) bool { return true },
+		Check: func(c result.Case) error {
+			if _, err := pktengine.ParseSize(strconv.Itoa(c.FrameSize), pktengine.Mode(c.Protocol)); err != nil {
+				return fmt.Errorf("frame-size %d: %v", c.FrameSize, err)
+			}
+			if c.Replicas > 16 {
+				return fmt.Errorf("replicas %d: the vnf scenario runs 1..16 VNF replicas", c.Replicas)
+			}
+			return vnfCPU(c).Check()
+		},
+	}
+}
+
+// vnfCPU is the CPU resources of a case's VNF replicas.
+func vnfCPU(c result.Case) cluster.CPU {
+	return cluster.CPU{LimitMilli: c.CPULimit, Exclusive: c.CPUIsolation == "exclusive"}
+}
+
+// vnfFixture is the pods, the Service and the VNF processes of one case.
+type vnfFixture struct {
+	trialFrame
+	cl        cluster.Cluster
+	c         result.Case
+	self      string
+	gen, recv cluster.Pod
+	vip       string
+	genCPU    *int // where the generator and the receiver are pinned (nil: not pinned)
+	recvCPU   *int
+	maxRate   float64 // the search's highest rate
+	genMax    float64 // what the generator offered on its own at set-up
+	procs     []cluster.Process
+	pods      []string
+	service   string
+	// last is the packet engine's outcome of each search trial, by rate and duration.
+	last map[trialKey]pktOutcome
+}
+
+type trialKey struct {
+	rate float64
+	d    time.Duration
+}
+
+// pktOutcome is what the generator and the receiver said of one trial.
+type pktOutcome struct {
+	gen  pktengine.GenResult
+	recv pktengine.RecvResult
+}
+
+func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Options) (_ Fixture, err error) {
+	kind, ok := vnfKinds[c.VNF]
+	if !ok {
+		return nil, fmt.Errorf("unknown VNF kind %q (valid: %s)", c.VNF, strings.Join(VNFKinds(), ", "))
+	}
+	mode := pktengine.Mode(c.Protocol)
+	if _, err := pktengine.ParseMode(string(mode)); err != nil {
+		return nil, err
+	}
+	self := cl.Facts().Self
+	if self == "" {
+		return nil, cluster.Unsupported("the vnf scenario runs cnibench's packet engine in pods, and this cluster's pods have no cnibench executable (lab: run the cnibench binary, or set %s)", "CNIBENCH_SELF")
+	}
+	nodes, err := cl.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(nodes) == 0 {
+		return nil, errors.New("cluster has no nodes")
+	}
+	if c.Placement != "intra" && len(nodes) < 2 {
+		return nil, cluster.Unsupported("placement %s needs 2 nodes, cluster has %d", c.Placement, len(nodes))
+	}
+	n := max(c.Replicas, 1)
+	f := &vnfFixture{cl: cl, c: c, self: self, last: map[trialKey]pktOutcome{}}
+	defer func() {
+		if err != nil {
+			_ = f.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	labels := fixtureLabels(opt, "vnf")
+	specs := []cluster.PodSpec{
+		{Name: objName(opt, "gen"), Node: nodes[0].Name, Labels: fixtureLabels(opt, "gen")},
+		{Name: objName(opt, "recv"), Node: nodes[0].Name, Labels: fixtureLabels(opt, "recv")},
+	}
+	for i := 0; i < n; i++ {
+		node := nodes[0].Name
+		switch {
+		case c.Placement == "inter", c.Placement == vnfSplit && i%2 == 1:
+			node = nodes[1].Name
+		}
+		specs = append(specs, cluster.PodSpec{Name: objName(opt, fmt.Sprintf("vnf%d", i)), Node: node, Labels: labels, CPU: vnfCPU(c),
+			Ports: []cluster.ContainerPort{{Name: "gtpu", Port: vnfPort, Protocol: "udp"}}})
+	}
+	pods, err := cl.CreatePods(ctx, specs)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
+		f.pods = append(f.pods, p.Name)
+	}
+	f.gen, f.recv = pods[0], pods[1]
+	f.trialFrame = trialFrame{cl: cl, client: f.gen, clientCPU: opt.CPUs[0]}
+	if !vnfCPU(c).Exclusive {
+		// Exclusive CPUs take the host's highest ones and move every other pod off them: the
+		// generator and the receiver then share what is left, unpinned.
+		f.genCPU, f.recvCPU = &opt.CPUs[0], &opt.CPUs[1]
+	}
+	f.service = objName(opt, "vnf")
+	svcs, err := cl.CreateServices(ctx, []cluster.ServiceSpec{{Name: f.service, Selector: labels,
+		Ports: []cluster.ServicePort{{Port: vnfPort, TargetPort: vnfPort, Protocol: "udp"}}}})
+	if err != nil {
+		f.service = ""
+		return nil, err
+	}
+	f.vip = svcs[0].ClusterIP
+	to := net.JoinHostPort(f.recv.IP, strconv.Itoa(vnfPort))
+	for _, p := range pods[2:] {
+		argv := kind.argv(self, to)
+		proc, err := cl.Start(ctx, p.Name, argv, cluster.Ready{})
+		if err != nil {
+			return nil, fmt.Errorf("start VNF %s in %s: %w", c.VNF, p.Name, err)
+		}
+		f.procs = append(f.procs, proc)
+		f.serverCmd = argv
+	}
+	// What the generator offers flat out through the Service: the search stays below. On one
+	// host the generator's CPU also pays for the path its frames take from its pod (the
+	// Service's NAT, an overlay's encapsulation), so this is measured on that path.
+	o, err := f.run(ctx, f.vip, 0, time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("generator calibration: %w", err)
+	}
+	f.genMax = o.gen.AchievedPPS
+	f.maxRate = 0.95 * f.genMax
+	if f.maxRate < 2*vnfMinRate {
+		return nil, fmt.Errorf("generator calibration: it offered %.0f pps alone, too little to search", f.genMax)
+	}
+	return f, nil
+}
+
+// vnfMinRate is the lowest rate searched (packets/s).
+const vnfMinRate = 1000
+
+// readyWait bounds the wait for the receiver to say it is ready.
+const readyWait = 10 * time.Second
+
+// run runs the receiver, then the generator at rate (0: as fast as it can) for d to dst, and
+// returns what both said.
+func (f *vnfFixture) run(ctx context.Context, dst string, rate float64, d time.Duration) (pktOutcome, error) {
+	var o pktOutcome
+	recv, err := f.cl.Start(ctx, f.recv.Name, driver.PktRecvCommand(driver.PktRecvSpec{Binary: f.self, CPU: f.recvCPU}), cluster.Ready{})
+	if err != nil {
+		return o, fmt.Errorf("start the receiver: %w", err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = recv.Stop()
+		}
+	}()
+	for deadline := time.Now().Add(readyWait); !bytes.Contains(recv.Output(), []byte(pktengine.RecvReadyLine)); {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return o, fmt.Errorf("receiver not ready after %s: %s", readyWait, excerptLines(strings.TrimSpace(string(recv.Output())), 5))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	argv := driver.PktGenCommand(driver.PktGenSpec{Binary: f.self, Dst: dst, Mode: f.c.Protocol, Size: strconv.Itoa(f.c.FrameSize),
+		RatePPS: rate, DurationS: d.Seconds(), CPU: f.genCPU})
+	tctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	res, err := f.cl.Exec(tctx, f.gen.Name, argv)
+	if err != nil {
+		return o, fmt.Errorf("generator: %w", err)
+	}
+	if res.ExitCode != 0 {
+		return o, fmt.Errorf("generator exited %d: %s", res.ExitCode, excerptLines(strings.TrimSpace(string(res.Stderr)), 5))
+	}
+	if o.gen, err = driver.PktGenResult(res.Stdout); err != nil {
+		return o, err
+	}
+	stopped = true
+	if err := recv.Stop(); err != nil {
+		return o, fmt.Errorf("stop the receiver: %w", err)
+	}
+	if o.recv, err = driver.PktRecvResult(recv.Output()); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// Measure implements search.Measurer: one run of the packet engine through the VNFs.
+func (f *vnfFixture) Measure(ctx context.Context, rate float64, d time.Duration) (search.Trial, error) {
+	o, err := f.run(ctx, f.vip, rate, d)
+	if err != nil {
+		return search.Trial{}, err
+	}
+	if o.gen.AchievedPPS < 0.9*rate {
+		return search.Trial{}, fmt.Errorf("the generator offered %.0f pps of the %.0f asked (it offered %.0f flat out at set-up): the host was too busy to hold the rate", o.gen.AchievedPPS, rate, f.genMax)
+	}
+	f.last[trialKey{rate, d}] = o
+	t := search.Trial{Sent: o.gen.SentPackets}
+	if o.recv.Unique < t.Sent {
+		t.Lost = t.Sent - o.recv.Unique
+	}
+	return t, nil
+}
+
+func (f *vnfFixture) Trial(ctx context.Context, durationS int) (Measurement, error) {
+	final := time.Duration(durationS) * time.Second
+	cfg := search.Config{MinRate: vnfMinRate, MaxRate: f.maxRate, InitialDuration: min(time.Second, final), FinalDuration: final}
+	clear(f.last)
+	before, cpuErr := f.cl.NodeCPU(ctx, f.gen.Node)
+	res, err := search.MLR(ctx, f, cfg)
+	after, cpuErr2 := f.cl.NodeCPU(ctx, f.gen.Node)
+	raw, _ := json.Marshal(res)
+	client := driver.PktGenCommand(driver.PktGenSpec{Binary: f.self, Dst: f.vip, Mode: f.c.Protocol, Size: strconv.Itoa(f.c.FrameSize),
+		RatePPS: -1, DurationS: final.Seconds(), CPU: f.genCPU})
+	client[slices.Index(client, "--rate")+1] = "RATE" // each trial of the search has its own
+	if err != nil {
+		return Measurement{Raw: raw}, fmt.Errorf("NDR/PDR search: %w", err)
+	}
+	m := f.metrics(res, final)
+	if cpuErr == nil && cpuErr2 == nil {
+		busy, sirq := cluster.Busy(before, after)
+		m["cpu_node_busy_pct"], m["cpu_node_softirq_pct"] = busy, sirq
+		m["cpu_node_steal_pct"] = cluster.StealPct(before, after)
+	}
+	return Measurement{Metrics: m, Raw: raw, Server: f.serverCmd, Client: client}, nil
+}
+
+// metrics are a search's figures: the NDR and PDR (the lower bounds, in packets and in frame
+// bits per second, FCS included), the precision reached, the search's cost, the generator's
+// own rate, and of the final trial at the NDR the probes' one-way latency and the frames the
+// receiver's ring dropped.
+func (f *vnfFixture) metrics(r search.Result, final time.Duration) map[string]float64 {
+	m := map[string]float64{
+		"search_trials_count": float64(len(r.Trials)),
+		"search_trial_time_s": r.TrialTime.Seconds(),
+		"generator_max_pps":   f.genMax,
+		"search_max_pps":      f.maxRate,
+	}
+	for _, g := range r.Goals {
+		name := "pdr"
+		if g.Target == 0 {
+			name = "ndr"
+		}
+		m[name+"_pps"] = g.Lower
+		m[name+"_bps"] = g.Lower * float64(f.c.FrameSize) * 8
+		m[name+"_relative_width"] = g.Width
+		if o, ok := f.last[trialKey{g.Lower, final}]; ok && g.Target == 0 {
+			if l := o.recv.Latency; l.Count > 0 {
+				m["latency_p50_us"], m["latency_p99_us"], m["latency_max_us"] = l.P50, l.P99, l.Max
+			}
+			m["receiver_ring_drops_count"] = float64(o.recv.RingDrops)
+		}
+	}
+	return m
+}
+
+// Close stops the VNFs and deletes the Service and the pods.
+func (f *vnfFixture) Close(ctx context.Context) error {
+	var errs []error
+	for _, p := range f.procs {
+		errs = append(errs, p.Stop())
+	}
+	f.procs = nil
+	if f.service != "" {
+		errs = append(errs, f.cl.DeleteServices(ctx, []string{f.service}))
+		f.service = ""
+	}
+	if len(f.pods) > 0 {
+		errs = append(errs, f.cl.DeletePods(ctx, f.pods))
+		f.pods = nil
+	}
+	return errors.Join(errs...)
+}

@@ -36,6 +36,25 @@ func SetInts(fd, level int, opts ...[2]int) error {
 	return nil
 }
 
+// SetBuffer sets a socket's send (unix.SO_SNDBUF) or receive (unix.SO_RCVBUF) buffer to
+// bytes: past the host's limit (net.core.wmem_max, rmem_max) with the FORCE option where the
+// process may (CAP_NET_ADMIN: the lab), else up to that limit (a pod of a cluster has
+// CAP_NET_RAW but not CAP_NET_ADMIN).
+func SetBuffer(fd, opt, bytes int) error {
+	force := map[int]int{unix.SO_SNDBUF: unix.SO_SNDBUFFORCE, unix.SO_RCVBUF: unix.SO_RCVBUFFORCE}[opt]
+	if force == 0 {
+		return fmt.Errorf("SetBuffer: option %d is neither SO_SNDBUF nor SO_RCVBUF", opt)
+	}
+	err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, bytes)
+	if errors.Is(err, unix.EPERM) {
+		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, bytes)
+	}
+	if err != nil {
+		return fmt.Errorf("socket buffer (option %d) of %d bytes: %w", opt, bytes, err)
+	}
+	return nil
+}
+
 // Bind binds fd to interface ifindex for protocol (an ETH_P_* value in host order; 0: the
 // socket sends through the interface but receives nothing).
 func Bind(fd, ifindex int, protocol uint16) error {

@@ -88,7 +88,7 @@ func (afPacket) OpenTX(ifc Iface) (TX, error) {
 			[2]int{unix.PACKET_QDISC_BYPASS, 1}, [2]int{unix.PACKET_LOSS, 1}); err != nil {
 			return 0, err
 		}
-		if err := afpacket.SetInts(fd, unix.SOL_SOCKET, [2]int{unix.SO_SNDBUFFORCE, sndBufBytes}); err != nil {
+		if err := afpacket.SetBuffer(fd, unix.SO_SNDBUF, sndBufBytes); err != nil {
 			return 0, err
 		}
 		tv := unix.NsecToTimeval(time.Second.Nanoseconds()) // bounds the blocking flush in Close

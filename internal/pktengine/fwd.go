@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cnibench/cnibench/internal/afpacket"
 )
 
 // The user-space VNF of seed 002: a single-threaded UDP forwarder that takes each datagram
@@ -71,7 +73,7 @@ func RunFwd(ctx context.Context, o FwdOptions) (FwdResult, error) {
 		return res, err
 	}
 	if o.RcvBuf > 0 {
-		if err := unix.SetsockoptInt(in, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, o.RcvBuf); err != nil {
+		if err := afpacket.SetBuffer(in, unix.SO_RCVBUF, o.RcvBuf); err != nil {
 			return res, fmt.Errorf("receive buffer %d: %w", o.RcvBuf, err)
 		}
 	}

@@ -34,7 +34,8 @@ import (
 // its first ones a second. The highest rate searched is what the generator offers flat out
 // through the Service (measured at set-up), less 5 %: above it a VNF's losses could not be
 // told from the generator's limits. An NDR at that rate says the VNFs forward all the
-// generator can send (the goal's note says so).
+// generator can send. A trial whose generator still falls short of its rate (a busy host)
+// counts the frames not sent as lost, and the search says how many trials did.
 type vnf struct{}
 
 func init() { Register(vnf{}) }
@@ -133,6 +134,8 @@ type vnfFixture struct {
 	service   string
 	// last is the packet engine's outcome of each search trial, by rate and duration.
 	last map[trialKey]pktOutcome
+	// short counts the search's trials whose generator offered less than 99 % of the rate.
+	short int
 }
 
 type trialKey struct {
@@ -293,11 +296,14 @@ func (f *vnfFixture) Measure(ctx context.Context, rate float64, d time.Duration)
 	if err != nil {
 		return search.Trial{}, err
 	}
-	if o.gen.AchievedPPS < 0.9*rate {
-		return search.Trial{}, fmt.Errorf("the generator offered %.0f pps of the %.0f asked (it offered %.0f flat out at set-up): the host was too busy to hold the rate", o.gen.AchievedPPS, rate, f.genMax)
-	}
 	f.last[trialKey{rate, d}] = o
-	t := search.Trial{Sent: o.gen.SentPackets}
+	// A generator that could not offer the rate (its CPU also pays for its frames' path on
+	// this host, and shares it with whatever else runs) counts the frames it did not send as
+	// lost: the rate was not carried end to end.
+	t := search.Trial{Sent: max(o.gen.SentPackets, uint64(rate*d.Seconds()))}
+	if o.gen.SentPackets < uint64(0.99*rate*d.Seconds()) {
+		f.short++
+	}
 	if o.recv.Unique < t.Sent {
 		t.Lost = t.Sent - o.recv.Unique
 	}
@@ -308,6 +314,7 @@ func (f *vnfFixture) Trial(ctx context.Context, durationS int) (Measurement, err
 	final := time.Duration(durationS) * time.Second
 	cfg := search.Config{MinRate: vnfMinRate, MaxRate: f.maxRate, InitialDuration: min(time.Second, final), FinalDuration: final}
 	clear(f.last)
+	f.short = 0
 	before, cpuErr := f.cl.NodeCPU(ctx, f.gen.Node)
 	res, err := search.MLR(ctx, f, cfg)
 	after, cpuErr2 := f.cl.NodeCPU(ctx, f.gen.Node)
@@ -337,6 +344,8 @@ func (f *vnfFixture) metrics(r search.Result, final time.Duration) map[string]fl
 		"search_trial_time_s": r.TrialTime.Seconds(),
 		"generator_max_pps":   f.genMax,
 		"search_max_pps":      f.maxRate,
+		// Trials the generator could not offer fully (their missing frames count as lost).
+		"generator_short_trials_count": float64(f.short),
 	}
 	for _, g := range r.Goals {
 		name := "pdr"

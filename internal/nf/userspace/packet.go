@@ -137,7 +137,7 @@ func openRX(ifindex, mtu int) (*rxRing, error) {
 			[2]int{unix.PACKET_COPY_THRESH, 1}); err != nil {
 			return 0, err
 		}
-		if err := afpacket.SetInts(fd, unix.SOL_SOCKET, [2]int{unix.SO_RCVBUFFORCE, rcvBufBytes}); err != nil {
+		if err := afpacket.SetBuffer(fd, unix.SO_RCVBUF, rcvBufBytes); err != nil {
 			return 0, err
 		}
 		req := unix.TpacketReq{Block_size: uint32(blockSize), Block_nr: uint32(r.frames * r.frameSize / blockSize),
@@ -182,7 +182,7 @@ func openTX(ifindex int) (_ int, err error) {
 	if err := afpacket.SetInts(fd, unix.SOL_PACKET, [2]int{unix.PACKET_VNET_HDR, 1}, [2]int{unix.PACKET_QDISC_BYPASS, 1}); err != nil {
 		return -1, err
 	}
-	if err := afpacket.SetInts(fd, unix.SOL_SOCKET, [2]int{unix.SO_SNDBUFFORCE, sndBufBytes}); err != nil {
+	if err := afpacket.SetBuffer(fd, unix.SO_SNDBUF, sndBufBytes); err != nil {
 		return -1, err
 	}
 	tv := unix.NsecToTimeval(sendTimeout.Nanoseconds())

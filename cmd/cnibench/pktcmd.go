@@ -151,20 +151,23 @@ func newPktFwdCmd() *cobra.Command {
 		to string
 	)
 	cmd := &cobra.Command{
-		Use:   "fwd --to IP:PORT",
-		Short: "Forward every UDP datagram of a port to one address, one system call each way (seed 002's VNF)",
+		Use:   "fwd --to IP:PORT[,IP:PORT..]",
+		Short: "Forward every UDP datagram of a port, one system call each way (seed 002's VNF; several targets: a UDP load balancer)",
 		Long: `A single-threaded user-space UDP forwarder, the VNF of seed 002: it receives each datagram on
 --port with one system call and sends its payload unchanged to --to with another (no batching,
-no rings), from its own address. Runs for --duration, or until SIGINT/SIGTERM, then prints one
+no rings), from its own address. With several --to targets it sends to each in turn: a
+user-space UDP load balancer (the Ingress of seed 002). Runs for --duration, or until SIGINT/SIGTERM, then prints one
 JSON object: datagrams received and sent, send errors, and the datagrams the kernel dropped at
 its socket because it did not keep up.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ap, err := netip.ParseAddrPort(to)
-			if err != nil || !ap.Addr().Is4() || ap.Port() == 0 {
-				return usagef("--to %q: give an IPv4 address and port, e.g. 10.244.1.5:2152", to)
+			for _, t := range strings.Split(to, ",") {
+				ap, err := netip.ParseAddrPort(strings.TrimSpace(t))
+				if err != nil || !ap.Addr().Is4() || ap.Port() == 0 {
+					return usagef("--to %q: give IPv4 address:port targets, comma-separated, e.g. 10.244.1.5:2152", to)
+				}
+				o.To = append(o.To, ap)
 			}
-			o.To = ap
 			if o.Port < 1 || o.Port > 65535 {
 				return usagef("--port %d out of range (1..65535)", o.Port)
 			}
@@ -175,7 +178,7 @@ its socket because it did not keep up.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&to, "to", "", "IPv4 address:port to send every datagram to (required)")
+	f.StringVar(&to, "to", "", "IPv4 address:port to send every datagram to, or several, comma-separated, taken in turn (required)")
 	f.IntVar(&o.Port, "port", pktengine.GTPPort, "UDP port to receive on")
 	f.DurationVar(&o.Duration, "duration", 0, "how long to forward (0: until SIGINT/SIGTERM)")
 	f.IntVar(&o.CPU, "cpu", -1, "pin the forwarder to this CPU (-1: no pinning)")

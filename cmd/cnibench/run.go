@@ -45,6 +45,7 @@ var caseFlags = []struct{ name, help string }{
 	{"cpu-limit", "vnf: each VNF replica's CPU limit in millicores, to sweep (0 = none; default 0)"},
 	{"cpu-isolation", "vnf: shared,exclusive: the VNF's CPUs shared with other pods or its own (default shared)"},
 	{"frame-size", "vnf: frame sizes in bytes with FCS, 64..1518, to sweep (default 256)"},
+	{"lb", "vnf: service,ingress: a ClusterIP Service or a user-space UDP load balancer pod spreads the traffic (default service)"},
 	{"repeat", "trials per case (default 12)"},
 	{"duration", "seconds per trial (default 10)"},
 	{"warmup", "seconds of the warm-up trial the statistics skip; 0 = none (default 2)"},

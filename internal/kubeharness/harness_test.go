@@ -149,9 +149,10 @@ func TestRealCluster(t *testing.T) {
 
 // vnfOnCluster runs the vnf scenario on the cluster: the packet engine in pods of the tools
 // image, two user-space VNF replicas behind a real ClusterIP Service (kube-proxy), one on each
-// node, each a Burstable pod with a 1000m CPU limit; the search finds an NDR and a PDR.
+// node, each a Burstable pod with a 1000m CPU limit, and the same behind an ingress pod; the
+// search finds an NDR and a PDR.
 func vnfOnCluster(t *testing.T, h *Harness, bin string) {
-	sum := cliSummary(t, h, bin, true, "--scenario", "vnf", "--placement", "split", "--replicas", "2", "--cpu-limit", "1000", "--repeat", "1")
+	sum := cliSummary(t, h, bin, true, "--scenario", "vnf", "--placement", "split", "--replicas", "2", "--cpu-limit", "1000", "--lb", "service,ingress", "--repeat", "1")
 	for _, r := range sum.Results {
 		m := func(k string) float64 { return r.Metrics[k].Mean }
 		if r.Status != "ok" || m("ndr_pps") <= 1000 || m("pdr_pps") < m("ndr_pps") || m("latency_p50_us") <= 0 {

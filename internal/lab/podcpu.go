@@ -22,8 +22,8 @@ import (
 //   - a limit is a CFS quota: <cpu>/cnibench/<prefix>-<pod>, cpu.cfs_quota_us = limit ×
 //     cpu.cfs_period_us / 1000;
 //   - exclusive CPUs are a cpuset of whole CPUs: <cpuset>/cnibench/<prefix>-<pod>, taken from
-//     the highest CPUs down; CPU 0 is never given (it stays in the shared pool, as a kubelet
-//     keeps reserved CPUs). From the first exclusive grant on, every other process of the
+//     the highest CPUs down, none that another lab's pod holds; CPU 0 is never given (it stays
+//     in the shared pool, as a kubelet keeps reserved CPUs). From the first exclusive grant on, every other process of the
 //     lab's pods runs in <cpuset>/cnibench/<prefix>-shared, the CPUs nobody holds (the static
 //     CPU manager's shared pool), which grows back as exclusive pods go.
 //
@@ -220,9 +220,10 @@ func (l *Lab) setupCPU(p *pod, req cluster.CPU) (err error) {
 	}
 	l.cpus.mu.Lock()
 	defer l.cpus.mu.Unlock()
+	others := heldElsewhere(cpusetRoot, l.cfg.Prefix)
 	var free []int
 	for i := len(all) - 1; i >= 0; i-- {
-		if c := all[i]; c != 0 && l.cpus.held[c] == "" {
+		if c := all[i]; c != 0 && l.cpus.held[c] == "" && !others[c] {
 			free = append(free, c)
 		}
 	}
@@ -239,6 +240,27 @@ func (l *Lab) setupCPU(p *pod, req cluster.CPU) (err error) {
 		return err
 	}
 	return l.resizeShared(all)
+}
+
+// heldElsewhere are the CPUs other labs on this host hold exclusively (the cpusets of their
+// pods under the cnibench directory; their shared pools excepted): one host, one set of CPUs.
+func heldElsewhere(cpusetRoot, prefix string) map[int]bool {
+	out := map[int]bool{}
+	ents, _ := os.ReadDir(cpusetRoot)
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), prefix+"-") || strings.HasSuffix(e.Name(), "-shared") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(cpusetRoot, e.Name(), "cpuset.cpus"))
+		if err != nil {
+			continue
+		}
+		cpus, _ := parseCPUList(string(b))
+		for _, c := range cpus {
+			out[c] = true
+		}
+	}
+	return out
 }
 
 // resizeShared (under cpus.mu) sets the shared pool to the CPUs no pod holds, making it (and

@@ -161,6 +161,14 @@ func TestPodCPU(t *testing.T) {
 	if _, err := l.Pod("greedy"); err == nil {
 		t.Error("the refused pod exists")
 	}
+	// Another lab on the host cannot have the CPU this one's pod holds.
+	if len(all) == 2 {
+		l2 := upLab(t, Config{Dataplane: "flannel", Nodes: 1})
+		_, err := l2.CreatePod(ctx, cluster.PodSpec{Name: "vnf", Node: "node0", CPU: cluster.CPU{Exclusive: true}})
+		if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "0 of them free") {
+			t.Errorf("a second lab's exclusive pod while the first holds CPU %d: %v", top, err)
+		}
+	}
 	for _, bad := range []cluster.PodSpec{
 		{Name: "half", Node: "node0", CPU: cluster.CPU{Exclusive: true, LimitMilli: 1500}},
 		{Name: "quiet", Node: "node0", Silent: true, CPU: cluster.CPU{LimitMilli: 100}},

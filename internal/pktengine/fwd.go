@@ -18,14 +18,15 @@ import (
 // with one system call and sends it on with another, the way a simple VNF program does (no
 // batching, no rings). It forwards the UDP payload unchanged (a GTP-U G-PDU stays one), from
 // its own address, so the receiver accounts for the generator's frames as if they came
-// straight.
+// straight. Given several targets it sends the datagrams to each in turn: a user-space UDP
+// load balancer (seed 002's Ingress, an nginx UDP stream proxy, does the same job).
 
 // FwdOptions are a forwarder run of `cnibench pkt fwd`.
 type FwdOptions struct {
-	Port     int            // UDP port it receives on
-	To       netip.AddrPort // where every datagram goes
-	Duration time.Duration  // 0: until the context ends
-	CPU      int            // pin the thread to this CPU; -1: no pinning
+	Port     int              // UDP port it receives on
+	To       []netip.AddrPort // where the datagrams go, each in turn
+	Duration time.Duration    // 0: until the context ends
+	CPU      int              // pin the thread to this CPU; -1: no pinning
 	// RcvBuf is the receive socket's buffer (bytes; 0: the kernel's default).
 	RcvBuf int
 }
@@ -38,9 +39,11 @@ type FwdResult struct {
 	DurationS  float64 `json:"duration_s"`
 	// SocketDrops are the datagrams the kernel dropped at the receive socket (its buffer was
 	// full: the forwarder did not keep up), from SO_RXQ_OVFL's counter.
-	SocketDrops uint64 `json:"socket_drops"`
-	Port        int    `json:"port"`
-	To          string `json:"to"`
+	SocketDrops uint64   `json:"socket_drops"`
+	Port        int      `json:"port"`
+	To          []string `json:"to"`
+	// SentTo counts what went to each target, in To's order.
+	SentTo []uint64 `json:"sent_to"`
 }
 
 // fwdPoll is how often a forwarder with nothing to do looks at its context.
@@ -49,9 +52,18 @@ const fwdPoll = 100 * time.Millisecond
 // RunFwd forwards until o.Duration has passed or ctx ends, on the calling goroutine's thread
 // (inside the current network namespace).
 func RunFwd(ctx context.Context, o FwdOptions) (FwdResult, error) {
-	res := FwdResult{Port: o.Port, To: o.To.String()}
-	if o.Port < 1 || o.Port > 65535 || !o.To.IsValid() || !o.To.Addr().Is4() || o.To.Port() == 0 {
-		return res, badField("to", "%s (port %d): want a port 1..65535 and an IPv4 address:port to send to", o.To, o.Port)
+	res := FwdResult{Port: o.Port, SentTo: make([]uint64, len(o.To))}
+	if o.Port < 1 || o.Port > 65535 {
+		return res, badField("port", "%d: want 1..65535", o.Port)
+	}
+	if len(o.To) == 0 {
+		return res, badField("to", "no target: give an IPv4 address:port to send to")
+	}
+	for _, to := range o.To {
+		if !to.IsValid() || !to.Addr().Is4() || to.Port() == 0 {
+			return res, badField("to", "%s: want an IPv4 address:port to send to", to)
+		}
+		res.To = append(res.To, to.String())
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -80,14 +92,17 @@ func RunFwd(ctx context.Context, o FwdOptions) (FwdResult, error) {
 	if err := unix.Bind(in, &unix.SockaddrInet4{Port: o.Port}); err != nil {
 		return res, fmt.Errorf("bind UDP port %d: %w", o.Port, err)
 	}
-	out, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return res, err
+	outs := make([]int, len(o.To))
+	for i, to := range o.To {
+		if outs[i], err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return res, err
+		}
+		defer unix.Close(outs[i])
+		if err := unix.Connect(outs[i], &unix.SockaddrInet4{Port: int(to.Port()), Addr: to.Addr().As4()}); err != nil {
+			return res, fmt.Errorf("connect to %s: %w", to, err)
+		}
 	}
-	defer unix.Close(out)
-	if err := unix.Connect(out, &unix.SockaddrInet4{Port: int(o.To.Port()), Addr: o.To.Addr().As4()}); err != nil {
-		return res, fmt.Errorf("connect to %s: %w", o.To, err)
-	}
+	next := 0
 	buf := make([]byte, 65536)
 	oob := make([]byte, unix.CmsgSpace(4))
 	start := time.Now()
@@ -105,11 +120,14 @@ func RunFwd(ctx context.Context, o FwdOptions) (FwdResult, error) {
 		}
 		res.Received++
 		res.SocketDrops = max(res.SocketDrops, overflows(oob[:oobn]))
-		if _, err := unix.Write(out, buf[:n]); err != nil {
+		i := next
+		next = (next + 1) % len(outs)
+		if _, err := unix.Write(outs[i], buf[:n]); err != nil {
 			res.SendErrors++ // ECONNREFUSED after an ICMP from the receiver, ENOBUFS: counted, not fatal
 			continue
 		}
 		res.Sent++
+		res.SentTo[i]++
 	}
 	res.DurationS = time.Since(start).Seconds()
 	return res, nil

@@ -13,20 +13,23 @@ import (
 )
 
 // The forwarder takes every datagram sent to its port and sends the same payload on to its
-// target: 2,000 datagrams from one namespace to the forwarder in the other come back to a
-// socket of the first, each intact, and the result counts them.
+// targets in turn: 2,000 datagrams from one namespace to the forwarder in the other come back,
+// each intact, the even ones to the first target's socket and the odd ones to the second's
+// (a user-space load balancer's round robin), and the result counts them.
 func TestFwd(t *testing.T) {
 	p := netnstest.NewPair(t, [2]string{"c", "f"}, [2]string{"eth0", "eth0"}, netip.MustParsePrefix("10.254.0.0/24"))
 	const n = 2000
-	var conn *net.UDPConn
-	if err := netns.Do(p.NS[0], func() (err error) {
-		conn, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 2153})
-		return err
-	}); err != nil {
-		t.Fatal(err)
+	conns := make([]*net.UDPConn, 2)
+	for i := range conns {
+		if err := netns.Do(p.NS[0], func() (err error) {
+			conns[i], err = net.ListenUDP("udp4", &net.UDPAddr{Port: 2153 + i})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer conns[i].Close()
+		_ = conns[i].SetReadBuffer(4 << 20)
 	}
-	defer conn.Close()
-	_ = conn.SetReadBuffer(4 << 20)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -34,7 +37,7 @@ func TestFwd(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		errc <- netns.Do(p.NS[1], func() error {
-			res, err := RunFwd(ctx, FwdOptions{Port: GTPPort, To: netip.AddrPortFrom(p.IP[0], 2153), CPU: -1, RcvBuf: 4 << 20})
+			res, err := RunFwd(ctx, FwdOptions{Port: GTPPort, To: []netip.AddrPort{netip.AddrPortFrom(p.IP[0], 2153), netip.AddrPortFrom(p.IP[0], 2154)}, CPU: -1, RcvBuf: 4 << 20})
 			done <- res
 			return err
 		})
@@ -48,8 +51,6 @@ func TestFwd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	got := map[string]bool{}
-	buf := make([]byte, 2048)
 	for i := 0; i < n; i++ {
 		if _, err := fmt.Fprintf(out, "datagram %d", i); err != nil {
 			t.Fatal(err)
@@ -58,16 +59,21 @@ func TestFwd(t *testing.T) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	for len(got) < n {
-		k, from, err := conn.ReadFromUDP(buf)
-		if err != nil {
-			break
+	got := make([]map[string]bool, 2)
+	buf := make([]byte, 2048)
+	for i, conn := range conns {
+		got[i] = map[string]bool{}
+		_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		for len(got[i]) < n/2 {
+			k, from, err := conn.ReadFromUDP(buf)
+			if err != nil {
+				break
+			}
+			if !from.IP.Equal(p.IP[1].AsSlice()) {
+				t.Errorf("datagram from %s, want the forwarder's address %s", from, p.IP[1])
+			}
+			got[i][string(buf[:k])] = true
 		}
-		if !from.IP.Equal(p.IP[1].AsSlice()) {
-			t.Errorf("datagram from %s, want the forwarder's address %s", from, p.IP[1])
-		}
-		got[string(buf[:k])] = true
 	}
 	cancel()
 	if err := <-errc; err != nil {
@@ -75,11 +81,12 @@ func TestFwd(t *testing.T) {
 	}
 	res := <-done
 	for i := 0; i < n; i++ {
-		if !got[fmt.Sprintf("datagram %d", i)] {
-			t.Fatalf("datagram %d not forwarded intact (%d of %d arrived)", i, len(got), n)
+		if !got[i%2][fmt.Sprintf("datagram %d", i)] {
+			t.Fatalf("datagram %d not forwarded intact to target %d (%d and %d of %d arrived)", i, i%2, len(got[0]), len(got[1]), n)
 		}
 	}
-	if res.Received != n || res.Sent != n || res.SendErrors != 0 || res.SocketDrops != 0 || res.To != p.IP[0].String()+":2153" {
-		t.Errorf("result %+v, want %d received and sent", res, n)
+	if res.Received != n || res.Sent != n || res.SendErrors != 0 || res.SocketDrops != 0 || len(res.SentTo) != 2 || res.SentTo[0] != n/2 ||
+		res.To[1] != p.IP[0].String()+":2154" {
+		t.Errorf("result %+v, want %d received and sent, half to each target", res, n)
 	}
 }

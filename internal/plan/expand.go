@@ -10,7 +10,7 @@ import (
 // scenario's Check) and returns their
 // cases in order: groups in file order, then dataplane > placement > protocol > services >
 // policies > pods > replicas > proxy > policy > nf > chain-length > rules >
-// external-traffic-policy > vnf > cpu-limit > cpu-isolation > frame-size > copy. Dataplane x
+// external-traffic-policy > vnf > cpu-limit > cpu-isolation > frame-size > lb > copy. Dataplane x
 // placement combinations the scenario's Valid rejects are dropped. The underlay MTU and node count are case labels (in
 // the id when not the defaults), so a plan can sweep them; copies (default 1) plans each case
 // that many times, the later copies with "/copy=N" in the id. A case whose ID an earlier case
@@ -106,6 +106,7 @@ func (res resolved) cases(scen, backend string, copies int) []result.Case {
 	cs = along(cs, res.cpuLimits, func(c *result.Case, v int) { c.CPULimit = v })
 	cs = along(cs, res.isolations, func(c *result.Case, v string) { c.CPUIsolation = v })
 	cs = along(cs, res.frameSizes, func(c *result.Case, v int) { c.FrameSize = v })
+	cs = along(cs, res.lbs, func(c *result.Case, v string) { c.LB = v })
 	if copies > 1 {
 		var nums []int
 		for n := 1; n <= copies; n++ {

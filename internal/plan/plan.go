@@ -38,7 +38,7 @@ import (
 var Keys = []string{
 	"scenario", "dataplane", "placement", "protocol",
 	"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules",
-	"external-traffic-policy", "vnf", "cpu-limit", "cpu-isolation", "frame-size",
+	"external-traffic-policy", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb",
 	"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies",
 }
 
@@ -52,6 +52,10 @@ var ExternalTrafficPolicies = []string{"cluster", "local"}
 // CPUIsolations are the values of key cpu-isolation: a VNF pod's CPUs shared with the node's
 // other pods (Kubernetes' Burstable) or exclusive to it (Guaranteed, static CPU manager).
 var CPUIsolations = []string{"shared", "exclusive"}
+
+// LoadBalancers are the values of key lb: what spreads a VNF's traffic over its replicas, a
+// Service (the data plane's proxy) or an ingress (a user-space UDP load balancer pod).
+var LoadBalancers = []string{"service", "ingress"}
 
 // Catalog describes what this build and host can run.
 type Catalog struct {
@@ -82,8 +86,8 @@ type Group struct {
 	Policy    []string `yaml:"policy,omitempty,flow"`
 	// NF, ChainLength and Rules sweep a service-function chain's network-function kinds, its
 	// length and its NFs' firewall rule counts; VNF, CPULimit, CPUIsolation and FrameSize a
-	// packet-forwarding VNF's kind, CPU limit (millicores, 0 = none) and isolation, and the
-	// frame size its traffic has.
+	// packet-forwarding VNF's kind, CPU limit (millicores, 0 = none) and isolation, the frame
+	// size its traffic has, and its load balancer.
 	NF           []string `yaml:"nf,omitempty,flow"`
 	ChainLength  []int    `yaml:"chain-length,omitempty,flow"`
 	Rules        []int    `yaml:"rules,omitempty,flow"`
@@ -91,6 +95,7 @@ type Group struct {
 	CPULimit     []int    `yaml:"cpu-limit,omitempty,flow"`
 	CPUIsolation []string `yaml:"cpu-isolation,omitempty,flow"`
 	FrameSize    []int    `yaml:"frame-size,omitempty,flow"`
+	LB           []string `yaml:"lb,omitempty,flow"`
 	Repeat       *int     `yaml:"repeat,omitempty"`   // trials per case
 	Duration     *int     `yaml:"duration,omitempty"` // seconds per trial
 	Warmup       *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
@@ -210,6 +215,7 @@ func (g Group) clone() Group {
 	c.CPULimit = slices.Clone(g.CPULimit)
 	c.CPUIsolation = slices.Clone(g.CPUIsolation)
 	c.FrameSize = slices.Clone(g.FrameSize)
+	c.LB = slices.Clone(g.LB)
 	c.ExternalTrafficPolicy = slices.Clone(g.ExternalTrafficPolicy)
 	c.Repeat = ptrClone(g.Repeat)
 	c.Duration = ptrClone(g.Duration)
@@ -248,6 +254,8 @@ func (g *Group) strList(k string) *[]string {
 		return &g.VNF
 	case "cpu-isolation":
 		return &g.CPUIsolation
+	case "lb":
+		return &g.LB
 	}
 	return nil
 }

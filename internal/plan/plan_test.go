@@ -44,7 +44,7 @@ func testCatalog() Catalog {
 	}
 }
 
-const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, repeat, duration, warmup, cpus, mtu, nodes, copies"
+const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, repeat, duration, warmup, cpus, mtu, nodes, copies"
 
 func mustParse(t *testing.T, text string) []Group {
 	t.Helper()
@@ -232,7 +232,7 @@ func TestValidateErrors(t *testing.T) {
 
 func TestValidateUnusedParam(t *testing.T) {
 	err := Validate(mustParse(t, "- scenario: baseline\n  services: [5]\n"), testCatalog(), "plans/x.yaml")
-	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size it uses none of them): remove it"
+	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb it uses none of them): remove it"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
@@ -866,7 +866,7 @@ func TestExpandVNFKeys(t *testing.T) {
 	cat.VNFs = []string{"userspace", "kernel"}
 	cat.Scenarios["vnf"] = scenario.Info{
 		Placements: []string{"intra", "inter", "split"}, Protocols: []string{"gtpu", "udp"}, DefaultProtocols: []string{"gtpu"},
-		DefaultDataplanes: []string{"flannel"}, Params: []string{"replicas", "vnf", "cpu-limit", "cpu-isolation", "frame-size"},
+		DefaultDataplanes: []string{"flannel"}, Params: []string{"replicas", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb"},
 		DefaultStrs: map[string][]string{"vnf": {"userspace"}, "cpu-isolation": {"shared"}},
 		DefaultInts: map[string][]int{"frame-size": {256}},
 	}
@@ -887,6 +887,10 @@ func TestExpandVNFKeys(t *testing.T) {
 	if c := specs[2].Case; c.VNF != "kernel" || c.CPULimit != 200 || c.CPUIsolation != "exclusive" || c.FrameSize != 64 || c.Variant() != "flannel vnf=kernel" || c.Primary() != "ndr_pps" || c.BaselineID() != "" {
 		t.Errorf("labels %+v variant %q", c, c.Variant())
 	}
+	if specs, err := Expand(mustParse(t, "- scenario: vnf\n  lb: [service, ingress]\n  placement: inter\n"), cat, "lab", BuiltinDefaults()); err != nil || len(specs) != 2 ||
+		specs[1].Case.LB != "ingress" || specs[1].Case.ID != "vnf/flannel/inter/gtpu/vnf=userspace/iso=shared/lb=ingress/size=256" {
+		t.Errorf("lb sweep: %v %v", ids(specs), err)
+	}
 	g, err := FromFlags(map[string]string{"scenario": "vnf", "cpu-limit": "500", "cpu-isolation": "exclusive", "frame-size": "128,1518"})
 	if err != nil {
 		t.Fatal(err)
@@ -896,6 +900,7 @@ func TestExpandVNFKeys(t *testing.T) {
 	}
 	for plan, msg := range map[string]string{
 		"- scenario: vnf\n  cpu-isolation: [guaranteed]\n": `plans/x.yaml: [0].cpu-isolation[0]: unknown cpu-isolation "guaranteed" (valid: shared, exclusive)`,
+		"- scenario: vnf\n  lb: [metallb]\n":               `plans/x.yaml: [0].lb[0]: unknown lb "metallb" (valid: service, ingress)`,
 		"- scenario: vnf\n  vnf: [dpdk]\n":                 `plans/x.yaml: [0].vnf[0]: unknown vnf "dpdk" (valid: userspace, kernel)`,
 		"- scenario: vnf\n  frame-size: [9000]\n":          "plans/x.yaml: [0].frame-size[0]: 9000 out of range (64..1518)",
 		"- scenario: vnf\n  cpu-limit: [-1]\n":             "plans/x.yaml: [0].cpu-limit[0]: -1 out of range (0..64000)",

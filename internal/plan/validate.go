@@ -11,7 +11,7 @@ import (
 
 // paramKeys are the keys a scenario uses only when its Info.Params name them.
 var paramKeys = []string{"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules", "external-traffic-policy",
-	"vnf", "cpu-limit", "cpu-isolation", "frame-size"}
+	"vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb"}
 
 // bounds is the inclusive range of an integer key.
 type bounds struct{ lo, hi int }
@@ -119,7 +119,7 @@ type resolved struct {
 	dataplanes, placements, protocols, proxies, policyNames, nfs []string
 	services, policies, pods, replicas, lengths, rules           []int
 	etps                                                         []string // externalTrafficPolicy
-	vnfs, isolations                                             []string
+	vnfs, isolations, lbs                                        []string
 	cpuLimits, frameSizes                                        []int
 }
 
@@ -164,6 +164,7 @@ func resolveGroup(g *Group, info scenario.Info, cat Catalog) resolved {
 		cpuLimits:   orInt(g.CPULimit, orInt(info.DefaultInts["cpu-limit"], []int{0})),
 		isolations:  orStr(g.CPUIsolation, orStr(info.DefaultStrs["cpu-isolation"], []string{""})),
 		frameSizes:  orInt(g.FrameSize, orInt(info.DefaultInts["frame-size"], []int{0})),
+		lbs:         orStr(g.LB, orStr(info.DefaultStrs["lb"], []string{""})),
 	}
 }
 
@@ -227,13 +228,13 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Free-form string lists.
-	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy", "vnf", "cpu-isolation"} {
+	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy", "vnf", "cpu-isolation", "lb"} {
 		vals := *g.strList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
 		}
 		allowed := map[string][]string{"proxy": cat.Proxies, "policy": cat.Policies, "nf": cat.NFs, "external-traffic-policy": ExternalTrafficPolicies,
-			"vnf": cat.VNFs, "cpu-isolation": CPUIsolations}[key]
+			"vnf": cat.VNFs, "cpu-isolation": CPUIsolations, "lb": LoadBalancers}[key]
 		for i, v := range vals {
 			if v == "" {
 				return c.fail(key, i, "empty value")

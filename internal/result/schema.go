@@ -41,6 +41,8 @@ type Case struct {
 	CPULimit     int    `json:"cpu_limit,omitempty"`
 	CPUIsolation string `json:"cpu_isolation,omitempty"`
 	FrameSize    int    `json:"frame_size,omitempty"`
+	// LB is what spreads the VNF's traffic over its replicas: "service" or "ingress".
+	LB string `json:"lb,omitempty"`
 	// MTU and Nodes are the lab's underlay MTU and node count (0 where the backend does not set
 	// them: a real cluster has its own); they are in the id only when a plan sweeps them.
 	MTU   int `json:"mtu,omitempty"`
@@ -76,7 +78,7 @@ func (c Case) MakeID() string {
 // Modes are the case's labels that are words, not numbers, and say what is measured rather
 // than what it runs on (a variant: dataplane, proxy, policy, nf, vnf): the
 // externalTrafficPolicy of a NodePort Service ("etp=local"), a VNF's CPU isolation
-// ("iso=exclusive"). They are in the id, in CompareKey and, in reports,
+// ("iso=exclusive") and load balancer ("lb=ingress"). They are in the id, in CompareKey and, in reports,
 // beside the scale dimensions. Empty for most cases.
 func (c Case) Modes() []string {
 	var out []string
@@ -85,6 +87,9 @@ func (c Case) Modes() []string {
 	}
 	if c.CPUIsolation != "" {
 		out = append(out, "iso="+c.CPUIsolation)
+	}
+	if c.LB != "" {
+		out = append(out, "lb="+c.LB)
 	}
 	return out
 }

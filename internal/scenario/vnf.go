@@ -22,9 +22,9 @@ import (
 
 // vnf: a packet-forwarding VNF under orchestration (seed 002 ch. 5-6; the IETF BMWG
 // containerized-infrastructure draft). A generator pod sends GTP-U (or plain UDP) frames to a
-// Service whose endpoints are N VNF replicas; each replica forwards them to a receiver pod,
-// which accounts for every frame. The Service is the load balancer (the data plane's proxy:
-// iptables, nftables, eBPF), the replicas get the case's CPU resources (a limit; CPUs shared
+// load balancer in front of N VNF replicas; each replica forwards them to a receiver pod,
+// which accounts for every frame. The load balancer is a Service (the data plane's proxy:
+// iptables, nftables, eBPF) or an ingress pod (lb=ingress), the replicas get the case's CPU resources (a limit; CPUs shared
 // with the node's other pods or their own), and the placement puts them on the generator's
 // (the load balancer's) node, the other node, or both. The generator and the receiver stand on
 // the first node.
@@ -77,13 +77,26 @@ func VNFKinds() []string {
 func init() {
 	registerVNF(vnfKind{name: "userspace",
 		summary: "seed 002's VNF: a single-threaded user-space UDP forwarder, one system call per datagram each way (cnibench pkt fwd)",
-		argv: func(self, to string) []string {
-			return []string{self, "pkt", "fwd", "--port", strconv.Itoa(vnfPort), "--to", to}
-		}})
+		argv:    fwdArgv})
+}
+
+// fwdArgv runs the user-space UDP forwarder on vnfPort to the targets in to ("IP:port", or
+// several, comma-separated, taken in turn).
+func fwdArgv(self, to string) []string {
+	return []string{self, "pkt", "fwd", "--port", strconv.Itoa(vnfPort), "--to", to}
 }
 
 // vnfSplit is the placement that spreads the replicas over both nodes.
 const vnfSplit = "split"
+
+// The load balancers (case label lb): a ClusterIP Service (the data plane's proxy), or an
+// ingress: a pod on the generator's node running a user-space UDP load balancer (`cnibench
+// pkt fwd` with every replica as a target, taken in turn), as seed 002's Ingress (an nginx
+// UDP stream proxy) is.
+const (
+	vnfService = "service"
+	vnfIngress = "ingress"
+)
 
 func (vnf) Info() Info {
 	return Info{
@@ -94,9 +107,9 @@ func (vnf) Info() Info {
 		Placements:       []string{"intra", "inter", vnfSplit},
 		Protocols:        []string{string(pktengine.GTPU), string(pktengine.UDP)},
 		DefaultProtocols: []string{string(pktengine.GTPU)},
-		Params:           []string{"replicas", "proxy", "vnf", "cpu-limit", "cpu-isolation", "frame-size"},
+		Params:           []string{"replicas", "proxy", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb"},
 		Tool:             driver.PktTool,
-		DefaultStrs:      map[string][]string{"vnf": {"userspace"}, "cpu-isolation": {"shared"}},
+		DefaultStrs:      map[string][]string{"vnf": {"userspace"}, "cpu-isolation": {"shared"}, "lb": {vnfService}},
 		DefaultInts:      map[string][]int{"frame-size": {256}},
 		// The generator runs flat out during a search: nothing else may share the nodes.
 		Exclusive: func(result.Case) bool { return true },
@@ -207,16 +220,38 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 		// generator and the receiver then share what is left, unpinned.
 		f.genCPU, f.recvCPU = &opt.CPUs[0], &opt.CPUs[1]
 	}
-	f.service = objName(opt, "vnf")
-	svcs, err := cl.CreateServices(ctx, []cluster.ServiceSpec{{Name: f.service, Selector: labels,
-		Ports: []cluster.ServicePort{{Port: vnfPort, TargetPort: vnfPort, Protocol: "udp"}}}})
-	if err != nil {
-		f.service = ""
-		return nil, err
-	}
-	f.vip = svcs[0].ClusterIP
 	to := net.JoinHostPort(f.recv.IP, strconv.Itoa(vnfPort))
-	for _, p := range pods[2:] {
+	vnfs := pods[2:]
+	if c.LB == vnfIngress {
+		// The ingress: the generator's frames go to it, and it to the replicas in turn.
+		ing, err := cl.CreatePods(ctx, []cluster.PodSpec{{Name: objName(opt, "ingress"), Node: nodes[0].Name, Labels: fixtureLabels(opt, "ingress"),
+			Ports: []cluster.ContainerPort{{Name: "gtpu", Port: vnfPort, Protocol: "udp"}}}})
+		if err != nil {
+			return nil, err
+		}
+		f.pods = append(f.pods, ing[0].Name)
+		var targets []string
+		for _, p := range vnfs {
+			targets = append(targets, net.JoinHostPort(p.IP, strconv.Itoa(vnfPort)))
+		}
+		argv := fwdArgv(self, strings.Join(targets, ","))
+		proc, err := cl.Start(ctx, ing[0].Name, argv, cluster.Ready{})
+		if err != nil {
+			return nil, fmt.Errorf("start the ingress: %w", err)
+		}
+		f.procs = append(f.procs, proc)
+		f.vip = ing[0].IP
+	} else {
+		f.service = objName(opt, "vnf")
+		svcs, err := cl.CreateServices(ctx, []cluster.ServiceSpec{{Name: f.service, Selector: labels,
+			Ports: []cluster.ServicePort{{Port: vnfPort, TargetPort: vnfPort, Protocol: "udp"}}}})
+		if err != nil {
+			f.service = ""
+			return nil, err
+		}
+		f.vip = svcs[0].ClusterIP
+	}
+	for _, p := range vnfs {
 		argv := kind.argv(self, to)
 		proc, err := cl.Start(ctx, p.Name, argv, cluster.Ready{})
 		if err != nil {
@@ -225,7 +260,7 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 		f.procs = append(f.procs, proc)
 		f.serverCmd = argv
 	}
-	// What the generator offers flat out through the Service: the search stays below. On one
+	// What the generator offers flat out to the load balancer: the search stays below. On one
 	// host the generator's CPU also pays for the path its frames take from its pod (the
 	// Service's NAT, an overlay's encapsulation), so this is measured on that path.
 	o, err := f.run(ctx, f.vip, 0, time.Second)

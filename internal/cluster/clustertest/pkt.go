@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -15,8 +16,10 @@ import (
 // The packet engine of the vnf scenario, simulated: `cnibench pkt gen` offers its --rate (or
 // Config.PktGenMax flat out) for --duration; sent to a Service's ClusterIP, what reaches the
 // receiver is at most Config.VNFCapacity packets/s per endpoint of the Service running a
-// `pkt fwd` (a device with a known loss curve); `cnibench pkt recv` says it is ready at once
-// and, once stopped, reports what the last generator run delivered.
+// `pkt fwd` (a device with a known loss curve); sent to a pod running a `pkt fwd` with
+// targets (an ingress), as much as its forwarding targets take, up to one forwarder's
+// capacity (it is one too); `cnibench pkt recv` says it is ready at once and, once stopped,
+// reports what the last generator run delivered.
 
 // Defaults of the simulated packet engine.
 const (
@@ -47,18 +50,44 @@ func (f *Fake) pktGen(cmd []string) (cluster.ExecResult, error) {
 	}
 	sent := uint64(math.Round(rate * d.Seconds()))
 	capacity := 0.0
-	if i := slices.IndexFunc(f.services, func(s service) bool { return s.ClusterIP == flag(cmd, "--dst") }); i >= 0 {
+	dst := flag(cmd, "--dst")
+	if i := slices.IndexFunc(f.services, func(s service) bool { return s.ClusterIP == dst }); i >= 0 {
 		for _, p := range f.selected(f.services[i].selector) {
-			if slices.ContainsFunc(f.procs, func(pr *process) bool { return pr.pod == p.Name && !pr.stopped && isPkt(pr.cmd, "fwd") }) {
+			if f.forwarder(p.IP) != nil {
 				capacity += f.vnfCapacity
 			}
 		}
+	} else if fw := f.forwarder(dst); fw != nil {
+		// A forwarder with targets (an ingress): one forwarder's capacity at most, and what its
+		// targets that forward can take.
+		for _, to := range strings.Split(flag(fw.cmd, "--to"), ",") {
+			host, _, _ := strings.Cut(to, ":")
+			if f.forwarder(host) != nil {
+				capacity += f.vnfCapacity
+			}
+		}
+		capacity = min(capacity, f.vnfCapacity)
 	}
 	f.pkt = pktRun{sent: sent, delivered: min(sent, uint64(capacity*d.Seconds()))}
 	out, _ := json.Marshal(pktengine.GenResult{Engine: "af_packet", TX: "simulated", Dst: flag(cmd, "--dst"), TargetPPS: rate, DurationS: d.Seconds(),
 		SentPackets: sent, AchievedPPS: rate, Mode: pktengine.Mode(flag(cmd, "--mode")), FrameSize: flag(cmd, "--size"),
 		Streams: []pktengine.StreamSent{{TEID: 1, Sent: sent}}})
 	return cluster.ExecResult{Stdout: out}, nil
+}
+
+// forwarder is the running `pkt fwd` of the pod with address ip (nil: none); f.mu is held.
+func (f *Fake) forwarder(ip string) *process {
+	for _, p := range f.pods {
+		if p.IP != ip {
+			continue
+		}
+		for _, pr := range f.procs {
+			if pr.pod == p.Name && !pr.stopped && isPkt(pr.cmd, "fwd") {
+				return pr
+			}
+		}
+	}
+	return nil
 }
 
 // pktRecvOutput is a receiver's output: its ready line, and once stopped its result; f.mu is

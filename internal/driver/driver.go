@@ -82,10 +82,11 @@ var tools = map[string][]string{
 }
 
 // CaseTools returns the host executables a case measured by tool (its label: "" = the
-// protocol's driver) over protocol needs: the packet engine is cnibench itself and needs none.
+// protocol's driver) over protocol needs: the packet engine is cnibench itself, and its
+// scenario reads the pods' CPUs with busybox.
 func CaseTools(tool, protocol string) ([]string, error) {
 	if tool == PktTool {
-		return nil, nil
+		return []string{BusyboxPath}, nil
 	}
 	return Tools(protocol)
 }

@@ -150,10 +150,22 @@ func TestRealCluster(t *testing.T) {
 // vnfOnCluster runs the vnf scenario on the cluster: the packet engine in pods of the tools
 // image, two user-space VNF replicas behind a real ClusterIP Service (kube-proxy), one on each
 // node, each a Burstable pod with a 1000m CPU limit, and the same behind an ingress pod; the
-// search finds an NDR and a PDR.
+// search finds an NDR and a PDR. Exclusive CPUs are asked too: this cluster's kubelets run
+// the CPU manager policy none, so the Guaranteed pods get no CPUs of their own, and those cases
+// are skipped saying so.
 func vnfOnCluster(t *testing.T, h *Harness, bin string) {
-	sum := cliSummary(t, h, bin, true, "--scenario", "vnf", "--placement", "split", "--replicas", "2", "--cpu-limit", "1000", "--lb", "service,ingress", "--repeat", "1")
+	sum := cliSummary(t, h, bin, false, "--scenario", "vnf", "--placement", "split", "--replicas", "2", "--cpu-limit", "1000",
+		"--cpu-isolation", "shared,exclusive", "--lb", "service,ingress", "--repeat", "1")
+	if len(sum.Results) != 4 {
+		t.Fatalf("%d results, want 4", len(sum.Results))
+	}
 	for _, r := range sum.Results {
+		if r.Case.CPUIsolation == "exclusive" {
+			if r.Status != "skipped" || !strings.Contains(r.Reason, "CPU manager policy must be static") {
+				t.Errorf("%s: %s (%s), want skipped: no exclusive CPUs without the static CPU manager", r.Case.ID, r.Status, r.Reason)
+			}
+			continue
+		}
 		m := func(k string) float64 { return r.Metrics[k].Mean }
 		if r.Status != "ok" || m("ndr_pps") <= 1000 || m("pdr_pps") < m("ndr_pps") || m("latency_p50_us") <= 0 {
 			t.Errorf("%s: %s (%s): NDR %.0f PDR %.0f latency p50 %.1f us", r.Case.ID, r.Status, r.Reason, m("ndr_pps"), m("pdr_pps"), m("latency_p50_us"))

@@ -82,39 +82,6 @@ func (c podCPU) dirs() []string {
 	return out
 }
 
-// hostCPUs lists the CPUs of a cpuset list ("0-3,6").
-func parseCPUList(s string) ([]int, error) {
-	var out []int
-	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
-		if part == "" {
-			continue
-		}
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("cpu list %q", s)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
-				return nil, fmt.Errorf("cpu list %q", s)
-			}
-		}
-		for i := a; i <= b; i++ {
-			out = append(out, i)
-		}
-	}
-	return out, nil
-}
-
-func cpuList(cpus []int) string {
-	var parts []string
-	for _, c := range cpus {
-		parts = append(parts, strconv.Itoa(c))
-	}
-	return strings.Join(parts, ",")
-}
-
 func writeFile(path, value string) error {
 	if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
 		return fmt.Errorf("write %s = %q: %w", path, value, err)
@@ -150,7 +117,7 @@ func cpusetDir(dir string, cpus []int) error {
 	if err := writeFile(filepath.Join(dir, "cpuset.mems"), strings.TrimSpace(string(mems))); err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(dir, "cpuset.cpus"), cpuList(cpus))
+	return writeFile(filepath.Join(dir, "cpuset.cpus"), cluster.FormatCPUList(cpus))
 }
 
 // hostCPUs are the CPUs the cpuset hierarchy's root holds.
@@ -159,7 +126,7 @@ func hostCPUs(cpusetRoot string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseCPUList(string(v))
+	return cluster.ParseCPUList(string(v))
 }
 
 // cpuState is the lab's exclusive CPUs (by CPU, the pod holding it) and whether its shared
@@ -255,7 +222,7 @@ func heldElsewhere(cpusetRoot, prefix string) map[int]bool {
 		if err != nil {
 			continue
 		}
-		cpus, _ := parseCPUList(string(b))
+		cpus, _ := cluster.ParseCPUList(string(b))
 		for _, c := range cpus {
 			out[c] = true
 		}

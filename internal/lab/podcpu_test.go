@@ -14,20 +14,6 @@ import (
 	"github.com/cnibench/cnibench/internal/cluster"
 )
 
-func TestParseCPUList(t *testing.T) {
-	for in, want := range map[string]string{"0-1": "0,1", "0": "0", "0-2,5,7-8\n": "0,1,2,5,7,8", "": ""} {
-		got, err := parseCPUList(in)
-		if err != nil || cpuList(got) != want {
-			t.Errorf("%q: %v %v, want %s", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"a", "3-1", "1-x"} {
-		if _, err := parseCPUList(bad); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-}
-
 // allowedCPUs is the Cpus_allowed_list of a process (pid 0: a new one run in pod).
 func allowedCPUs(t *testing.T, l *Lab, pod string, pid int) string {
 	t.Helper()
@@ -98,7 +84,7 @@ func TestPodCPU(t *testing.T) {
 	}
 	defer plain.Stop()
 	plainPID := plain.(*proc).cmd.Process.Pid
-	if got := allowedCPUs(t, l, "", plainPID); got != cpuList(all) && got != fmt.Sprintf("%d-%d", all[0], all[len(all)-1]) {
+	if got := allowedCPUs(t, l, "", plainPID); got != cluster.FormatCPUList(all) && got != fmt.Sprintf("%d-%d", all[0], all[len(all)-1]) {
 		t.Errorf("plain pod before any exclusive grant runs on %s", got)
 	}
 
@@ -141,7 +127,7 @@ func TestPodCPU(t *testing.T) {
 	if got := allowedCPUs(t, l, "vnf", 0); got != strconv.Itoa(top) {
 		t.Errorf("exclusive pod runs on %s, want %d", got, top)
 	}
-	want := cpuList(rest)
+	want := cluster.FormatCPUList(rest)
 	if len(rest) > 1 {
 		want = fmt.Sprintf("%d-%d", rest[0], rest[len(rest)-1])
 	}

@@ -2,6 +2,7 @@ package pktengine
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -96,6 +97,8 @@ func testpmdTxOnly(b *testing.B, p nsPair, testpmd, vdev string) (float64, strin
 		"--eth-peer=0," + peer.Attrs().HardwareAddr.String(), "--tx-ip=" + p.genIP.String() + "," + p.recvIP.String(),
 		"--tx-udp=" + strconv.Itoa(GTPPort) + "," + strconv.Itoa(GTPPort)}
 	cmd := exec.Command("nsenter", args...)
+	// EAL's runtime directory under the benchmark's temporary one, not /var/run/dpdk.
+	cmd.Env = append(os.Environ(), "RUNTIME_DIRECTORY="+b.TempDir())
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	stdin, err := cmd.StdinPipe()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/result"
+	"github.com/cnibench/cnibench/internal/scenario"
 )
 
 // Progress reports a run: on a terminal one live line (trial i of n, case, ETA); otherwise
@@ -37,6 +38,12 @@ const tcpOmit = 1
 
 // trialSeconds is how long one trial of c takes, about.
 func trialSeconds(c result.CaseSpec, d int) float64 {
+	if sc, err := scenario.Get(c.Case.Scenario); err == nil && sc.Info().TrialSeconds != nil {
+		if d <= 0 {
+			return 0 // no warm-up trial
+		}
+		return sc.Info().TrialSeconds(d)
+	}
 	s := float64(d)
 	switch c.Case.Protocol {
 	case "crr":

@@ -60,6 +60,10 @@ type Info struct {
 	// Check rejects a case whose parameters do not fit together (nil: any case is fine); the
 	// CLI reports it as bad input before building anything.
 	Check func(c result.Case) error
+	// TrialSeconds estimates how long one trial of a case with trials of durationS seconds
+	// takes, for a scenario whose trial is more than one run of its tool (nil: durationS and
+	// the tool's own overhead).
+	TrialSeconds func(durationS int) float64
 	// Exclusive says that a case's fixture cannot share its cluster with other fixtures: it
 	// changes the data plane for every pod (NetworkPolicies selecting by role) or takes a
 	// node's own ports (host-network servers). nil: fixtures share.

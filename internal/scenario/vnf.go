@@ -113,6 +113,10 @@ func (vnf) Info() Info {
 		DefaultInts:      map[string][]int{"frame-size": {256}},
 		// The generator runs flat out during a search: nothing else may share the nodes.
 		Exclusive: func(result.Case) bool { return true },
+		// A trial is a search: on this kind of host about 30 runs of the packet engine, a
+		// third of them at the full duration, each with half a second of starting and stopping
+		// (searches with 3 s final trials took 47-84 s, 33 runs on average).
+		TrialSeconds: func(d int) float64 { return 20*float64(d) + 10 },
 		Check: func(c result.Case) error {
 			if _, err := pktengine.ParseSize(strconv.Itoa(c.FrameSize), pktengine.Mode(c.Protocol)); err != nil {
 				return fmt.Errorf("frame-size %d: %v", c.FrameSize, err)
@@ -251,6 +255,11 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 		}
 		f.vip = svcs[0].ClusterIP
 	}
+	if vnfCPU(c).Exclusive {
+		if err := f.checkExclusive(ctx, vnfs); err != nil {
+			return nil, err
+		}
+	}
 	for _, p := range vnfs {
 		argv := kind.argv(self, to)
 		proc, err := cl.Start(ctx, p.Name, argv, cluster.Ready{})
@@ -273,6 +282,60 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 		return nil, fmt.Errorf("generator calibration: it offered %.0f pps alone, too little to search", f.genMax)
 	}
 	return f, nil
+}
+
+// checkExclusive makes sure exclusive CPUs were granted: no VNF replica may run on a CPU the
+// generator may run on (as `cat /proc/self/status` in the pods says). A kubelet without the
+// static CPU manager policy makes a Guaranteed pod and gives it no CPUs of its own: the case
+// is then skipped with the reason, never measured as if isolated.
+func (f *vnfFixture) checkExclusive(ctx context.Context, vnfs []cluster.Pod) error {
+	gen, err := f.allowedCPUs(ctx, f.gen.Name)
+	if err != nil {
+		return err
+	}
+	for _, p := range vnfs {
+		cpus, err := f.allowedCPUs(ctx, p.Name)
+		if err != nil {
+			return err
+		}
+		for c := range cpus {
+			if gen[c] {
+				return cluster.Unsupported("exclusive CPUs were not granted: VNF pod %s may run on CPUs %s, the generator on %s (on Kubernetes the kubelet's CPU manager policy must be static)", p.Name, cpuSetString(cpus), cpuSetString(gen))
+			}
+		}
+	}
+	return nil
+}
+
+// allowedCPUs are the CPUs a new process in pod may run on (Cpus_allowed_list).
+func (f *vnfFixture) allowedCPUs(ctx context.Context, pod string) (map[int]bool, error) {
+	res, err := f.cl.Exec(ctx, pod, []string{driver.BusyboxPath, "cat", "/proc/self/status"})
+	if err != nil {
+		return nil, fmt.Errorf("CPUs of pod %s: %w", pod, err)
+	}
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			list, err := cluster.ParseCPUList(v)
+			if err != nil {
+				return nil, fmt.Errorf("CPUs of pod %s: %w", pod, err)
+			}
+			cpus := map[int]bool{}
+			for _, c := range list {
+				cpus[c] = true
+			}
+			return cpus, nil
+		}
+	}
+	return nil, fmt.Errorf("CPUs of pod %s: no Cpus_allowed_list in its /proc/self/status", pod)
+}
+
+func cpuSetString(cpus map[int]bool) string {
+	var l []int
+	for c := range cpus {
+		l = append(l, c)
+	}
+	sort.Ints(l)
+	return cluster.FormatCPUList(l)
 }
 
 // vnfMinRate is the lowest rate searched (packets/s).

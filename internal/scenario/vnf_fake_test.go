@@ -185,3 +185,27 @@ func TestVNFIngress(t *testing.T) {
 	}
 	fc.AssertEmpty(t)
 }
+
+// Exclusive CPUs: where the cluster grants them (the VNF pods run on CPUs the generator does
+// not) the case is set up; where it does not (a kubelet without the static CPU manager) the
+// case is skipped saying so, and nothing of it is left.
+func TestVNFExclusiveCPUsChecked(t *testing.T) {
+	c := vnfCase("intra", 1, 1000, "exclusive")
+	fc := clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}})
+	f := mustSetUp(t, fc, c)
+	if err := f.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	no := clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}, NoExclusiveCPUs: true})
+	_, err := setUpOn(t, no, c)
+	if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "may run on CPUs 0,1, the generator on 0,1") || !strings.Contains(err.Error(), "static") {
+		t.Errorf("no exclusive CPUs: %v", err)
+	}
+	no.AssertEmpty(t)
+	// Shared CPUs are not checked.
+	f, err = setUpOn(t, no, vnfCase("intra", 1, 1000, "shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close(context.Background())
+}

@@ -89,6 +89,7 @@ func (f *Fake) Start(ctx context.Context, pod string, argv []string, ready clust
 //     server reached is itself a one-shot `nc -l ... -e ... netstat -tn`, stdout is that
 //     netstat's line for the connection, as the server sees it (see Source);
 //   - other /bin/busybox applets (sh, rm, mkdir: preparing and removing files) exit 0;
+//     busybox cat /proc/self/status says the CPUs the pod may run on (Config.NoExclusiveCPUs);
 //   - cnibench pkt gen runs the simulated packet engine (see pkt.go).
 //
 // Anything else is an error naming the command.
@@ -138,6 +139,16 @@ func (f *Fake) Exec(ctx context.Context, pod string, argv []string) (cluster.Exe
 		}
 		if len(cmd) > 1 && slices.Contains([]string{"sh", "rm", "mkdir"}, cmd[1]) {
 			return cluster.ExecResult{}, nil
+		}
+		if len(cmd) == 3 && cmd[1] == "cat" && cmd[2] == "/proc/self/status" {
+			cpus := "0"
+			switch {
+			case f.noExcl:
+				cpus = "0-1"
+			case f.exclusive[pod]:
+				cpus = "1"
+			}
+			return cluster.ExecResult{Stdout: []byte("Name:\tcat\nCpus_allowed:\t3\nCpus_allowed_list:\t" + cpus + "\n")}, nil
 		}
 	}
 	return cluster.ExecResult{}, fmt.Errorf("clustertest: no recorded output for %q", strings.Join(cmd, " "))

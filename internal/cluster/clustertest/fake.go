@@ -41,6 +41,11 @@ type Config struct {
 	// PktGenMax is what the simulated packet generator offers flat out, and VNFCapacity what
 	// each VNF forwarding for it does, in packets/s (0: DefaultPktGenMax, DefaultVNFCapacity).
 	PktGenMax, VNFCapacity float64
+	// NoExclusiveCPUs makes the cluster grant no exclusive CPUs (a kubelet without the static
+	// CPU manager policy): every pod may run on CPUs 0-1. Otherwise a pod created with
+	// exclusive CPUs runs on CPU 1 and the others on CPU 0 (as `cat /proc/self/status` in
+	// the pod says).
+	NoExclusiveCPUs bool
 	// NoNodePorts is why the cluster serves no NodePorts: NodePorts returns it as an
 	// unsupported error ("" = NodePorts are served; see cluster.NodePortChecker).
 	NoNodePorts string
@@ -97,6 +102,9 @@ type Fake struct {
 	outside  int            // addresses of external clients handed out
 	closed   int
 	pkt      pktRun // the simulated packet engine's last run (pkt.go)
+	// exclusive are the pods created with exclusive CPUs (see Config.NoExclusiveCPUs).
+	exclusive map[string]bool
+	noExcl    bool
 
 	pktGenMax, vnfCapacity float64
 }
@@ -110,7 +118,7 @@ type service struct {
 // New returns a Fake set up by cfg.
 func New(cfg Config) *Fake {
 	f := &Fake{nodes: cfg.Nodes, programmed: cfg.Programmed, enforce: cfg.EnforcePolicies, fail: cfg.Fail, noNP: cfg.NoNodePorts,
-		cpu: map[string]cluster.CPUSample{}, podIPs: map[string]int{}}
+		cpu: map[string]cluster.CPUSample{}, podIPs: map[string]int{}, exclusive: map[string]bool{}, noExcl: cfg.NoExclusiveCPUs}
 	if len(f.nodes) == 0 {
 		f.nodes = []cluster.Node{{Name: "node0", IP: "172.30.0.10"}, {Name: "node1", IP: "172.30.0.11"}}
 	}
@@ -212,6 +220,7 @@ func (f *Fake) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]clust
 		}
 		f.pods = append(f.pods, p)
 		out[i] = p
+		f.exclusive[p.Name] = s.CPU.Exclusive
 	}
 	f.log("create pods %s", strings.Join(names, " "))
 	return out, nil

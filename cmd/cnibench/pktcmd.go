@@ -24,7 +24,7 @@ func newPktCmd() *cobra.Command {
 	cmd.Long = `The packet engine of the VNF scenario, run inside a pod (a network namespace):
 'pkt recv' counts the frames of 'pkt gen' per stream and measures the latency of its probes.
 Each prints one JSON object on stdout when it ends. Engines: ` + strings.Join(pktengine.EngineNames(), ", ") + `.`
-	cmd.AddCommand(newPktGenCmd(), newPktRecvCmd(), newPktFwdCmd())
+	cmd.AddCommand(newPktGenCmd(), newPktRecvCmd(), newPktFwdCmd(), newPktKnfCmd(), newPktXfwdCmd())
 	return cmd
 }
 
@@ -34,7 +34,7 @@ func newPktGenCmd() *cobra.Command {
 		dst, dstMAC, size    string
 		mode                 string
 		srcPort, dstPort     int
-		streams              int
+		streams, flows       int
 		firstTEID            uint32
 		rate, probeRate      float64
 		duration, rotateEach time.Duration
@@ -81,7 +81,7 @@ The next hop's MAC address comes from the neighbour table (an ARP request is tri
 				*p.to = uint16(p.v)
 			}
 			o.Rate, o.ProbeRate, o.Duration, o.Rotate = rate, probeRate, duration, rotateEach
-			o.Streams, o.FirstTEID = streams, firstTEID
+			o.Streams, o.FirstTEID, o.Flows = streams, firstTEID, flows
 			if err := o.Check(); err != nil {
 				var ce *pktengine.ConfigError
 				if errors.As(err, &ce) {
@@ -102,6 +102,7 @@ The next hop's MAC address comes from the neighbour table (an ARP request is tri
 	f.Float64Var(&rate, "rate", 10000, "packets per second to send (0: as fast as possible)")
 	f.DurationVar(&duration, "duration", 10*time.Second, "how long to send")
 	f.IntVar(&streams, "streams", 1, "number of streams (TEIDs)")
+	f.IntVar(&flows, "flows", 1, "outer UDP flows the frames take in turn: source ports --src-port, +1, ... (a Service's load balancer spreads flows, not frames)")
 	f.Uint32Var(&firstTEID, "teid", 1, "TEID of the first stream (the others follow)")
 	f.DurationVar(&rotateEach, "rotate", 2*time.Second, "period after which the next stream's TEID becomes the active one")
 	f.Float64Var(&probeRate, "probe-rate", 1, "latency probes per second (0: none)")
@@ -161,15 +162,9 @@ JSON object: datagrams received and sent, send errors, and the datagrams the ker
 its socket because it did not keep up.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, t := range strings.Split(to, ",") {
-				ap, err := netip.ParseAddrPort(strings.TrimSpace(t))
-				if err != nil || !ap.Addr().Is4() || ap.Port() == 0 {
-					return usagef("--to %q: give IPv4 address:port targets, comma-separated, e.g. 10.244.1.5:2152", to)
-				}
-				o.To = append(o.To, ap)
-			}
-			if o.Port < 1 || o.Port > 65535 {
-				return usagef("--port %d out of range (1..65535)", o.Port)
+			var err error
+			if o.To, err = parseTargets(to, o.Port); err != nil {
+				return err
 			}
 			if o.Duration < 0 || o.RcvBuf < 0 {
 				return usagef("--duration and --rcvbuf must be >= 0")
@@ -186,6 +181,109 @@ its socket because it did not keep up.`,
 	return cmd
 }
 
+// parseTargets parses a forwarder's --to (IPv4 address:port targets, comma-separated) and
+// checks its --port; errors are usage errors.
+func parseTargets(to string, port int) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	for _, t := range strings.Split(to, ",") {
+		ap, err := netip.ParseAddrPort(strings.TrimSpace(t))
+		if err != nil || !ap.Addr().Is4() || ap.Port() == 0 {
+			return nil, usagef("--to %q: give IPv4 address:port targets, comma-separated, e.g. 10.244.1.5:2152", to)
+		}
+		out = append(out, ap)
+	}
+	if port < 1 || port > 65535 {
+		return nil, usagef("--port %d out of range (1..65535)", port)
+	}
+	return out, nil
+}
+
+func newPktKnfCmd() *cobra.Command {
+	var (
+		o  pktengine.KnfOptions
+		to string
+	)
+	cmd := &cobra.Command{
+		Use:   "knf --to IP:PORT[,IP:PORT..]",
+		Short: "Make the kernel forward every UDP datagram of a port (NAT rules; seed 002's VNF done by the kernel)",
+		Long: `A kernel-forwarding VNF: run inside a pod's network namespace, it turns IPv4 forwarding on (and
+ICMP redirects off: the datagrams leave by the interface they came in by) and installs NAT
+rules, so that the kernel sends every UDP datagram arriving for the namespace's own address on
+--port on to --to, from the namespace's own address. With nftables (table ip ` + pktengine.KnfTable + `) the
+rules are stateless and several --to targets are taken in turn, datagram by datagram; without
+nft, iptables' conntrack DNAT and MASQUERADE serve one target. It needs CAP_NET_ADMIN and a
+writable /proc/sys where a sysctl must change. It says "` + pktengine.KnfReadyLine + `" on stderr once the rules
+are in. Runs for --duration, or until SIGINT/SIGTERM, then removes its rules, puts the sysctls
+back and prints one JSON object: the datagrams and bytes the rules forwarded, per target too.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.To, err = parseTargets(to, o.Port); err != nil {
+				return err
+			}
+			if o.Duration < 0 {
+				return usagef("--duration %v must be >= 0 (0: until SIGINT/SIGTERM)", o.Duration)
+			}
+			if o.Rules != "" && o.Rules != pktengine.KnfNFTables && o.Rules != pktengine.KnfIPTables {
+				return usagef("--rules %q: want %s or %s (default: %s if nft is installed)", o.Rules, pktengine.KnfNFTables, pktengine.KnfIPTables, pktengine.KnfNFTables)
+			}
+			o.Ready = func() { fmt.Fprintln(cmd.ErrOrStderr(), pktengine.KnfReadyLine) }
+			return runPkt(cmd, "", -1, func(ctx context.Context) (any, error) { return pktengine.RunKnf(ctx, o) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&to, "to", "", "IPv4 address:port to send every datagram to, or several, comma-separated, taken in turn (required)")
+	f.IntVar(&o.Port, "port", pktengine.GTPPort, "UDP port whose datagrams are forwarded")
+	f.DurationVar(&o.Duration, "duration", 0, "how long to forward (0: until SIGINT/SIGTERM)")
+	f.StringVar(&o.Rules, "rules", "", "nftables or iptables (default: nftables if nft is installed, else iptables)")
+	return cmd
+}
+
+func newPktXfwdCmd() *cobra.Command {
+	var (
+		o  pktengine.XfwdOptions
+		to string
+	)
+	cmd := &cobra.Command{
+		Use:   "xfwd --to IP:PORT[,IP:PORT..]",
+		Short: "Forward every UDP datagram of a port with an XDP program (XDP_TX; seed 002's VNF done in eBPF)",
+		Long: `An XDP forwarding VNF: run inside a pod's network namespace, it attaches an XDP program to the
+pod's interface (--dev, default: the only one other than loopback) that sends every IPv4 UDP
+datagram arriving for the interface's own address on --port on to --to, from that address,
+rewritten in place (addresses, port, MACs, TTL, checksums; a UDP checksum of 0 stays 0) and
+sent back out of the same interface (XDP_TX); everything else goes on to the stack. Several
+--to targets are taken in turn, datagram by datagram; each must be reached through that
+interface (the MAC address of its next hop is resolved once, before the program is attached).
+--mode generic (the default) works on any interface; native on a veth needs an XDP program on
+its peer. It needs CAP_NET_ADMIN and CAP_BPF. The program is attached through a bpf_link: it
+goes when the command ends, however it ends. It says "` + pktengine.XfwdReadyLine + `" on stderr once attached.
+Runs for --duration, or until SIGINT/SIGTERM, then prints one JSON object: the datagrams and
+bytes the program forwarded, per target too.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.To, err = parseTargets(to, o.Port); err != nil {
+				return err
+			}
+			if o.Duration < 0 {
+				return usagef("--duration %v must be >= 0 (0: until SIGINT/SIGTERM)", o.Duration)
+			}
+			if o.Mode != pktengine.XfwdGeneric && o.Mode != pktengine.XfwdNative {
+				return usagef("--mode %q: want %s or %s", o.Mode, pktengine.XfwdGeneric, pktengine.XfwdNative)
+			}
+			o.Ready = func() { fmt.Fprintln(cmd.ErrOrStderr(), pktengine.XfwdReadyLine) }
+			return runPkt(cmd, "", -1, func(ctx context.Context) (any, error) { return pktengine.RunXfwd(ctx, o) })
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&to, "to", "", "IPv4 address:port to send every datagram to, or several, comma-separated, taken in turn (required)")
+	f.IntVar(&o.Port, "port", pktengine.GTPPort, "UDP port whose datagrams are forwarded")
+	f.DurationVar(&o.Duration, "duration", 0, "how long to forward (0: until SIGINT/SIGTERM)")
+	f.StringVar(&o.Dev, "dev", "", "interface to attach to (default: the only one other than loopback)")
+	f.StringVar(&o.Mode, "mode", pktengine.XfwdGeneric, "XDP mode: generic or native")
+	return cmd
+}
+
 // runPkt checks the engine and CPU (usage errors), then runs fn until it ends or SIGINT or
 // SIGTERM ends it early, and prints its result as one JSON object.
 func runPkt(cmd *cobra.Command, engine string, cpu int, fn func(ctx context.Context) (any, error)) error {
@@ -193,7 +291,7 @@ func runPkt(cmd *cobra.Command, engine string, cpu int, fn func(ctx context.Cont
 		return usagef("--cpu %d out of range (-1, or 0..%d)", cpu, runtime.NumCPU()-1)
 	}
 	if engine != "" {
-		if _, err := pktengine.Lookup(engine); err != nil {
+		if _, err := pktengine.Lookup(engine, pktengine.RoleSend); err != nil {
 			return usagef("--engine: %v", err)
 		}
 	}

@@ -2,10 +2,19 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
+	"github.com/cnibench/cnibench/internal/pktengine"
 )
 
 // Bad flags of pkt gen / pkt recv are usage errors (exit 2) that name the flag, on one line,
@@ -30,7 +39,7 @@ func TestPktUsageErrors(t *testing.T) {
 		{[]string{"pkt", "gen", "--dst", "10.0.0.2", "--probe-rate", "-1"}, "--probe-rate"},
 		{[]string{"pkt", "gen", "--dst", "10.0.0.2", "--dst-mac", "02:00"}, "--dst-mac"},
 		{[]string{"pkt", "gen", "--dst", "10.0.0.2", "--dst-port", "0"}, "--dst-port"},
-		{[]string{"pkt", "gen", "--dst", "10.0.0.2", "--engine", "dpdk"}, `--engine: unknown packet engine "dpdk" (valid: af_packet)`},
+		{[]string{"pkt", "gen", "--dst", "10.0.0.2", "--engine", "dpdk"}, `--engine: unknown packet engine "dpdk" (valid: af_xdp, af_packet)`},
 		{[]string{"pkt", "gen", "--dst", "10.0.0.2", "--cpu", "4096"}, "--cpu"},
 		{[]string{"pkt", "recv", "--duration", "-1s"}, "--duration"},
 		{[]string{"pkt", "recv", "--engine", "x"}, "--engine"},
@@ -41,6 +50,20 @@ func TestPktUsageErrors(t *testing.T) {
 		{[]string{"pkt", "fwd", "--to", "10.0.0.2"}, "--to"},
 		{[]string{"pkt", "fwd", "--to", "10.0.0.2:2152", "--port", "0"}, "--port 0"},
 		{[]string{"pkt", "fwd", "--to", "10.0.0.2:2152", "--rcvbuf", "-1"}, "--rcvbuf"},
+		{[]string{"pkt", "knf"}, "--to"},
+		{[]string{"pkt", "knf", "--to", "10.0.0.2"}, "--to"},
+		{[]string{"pkt", "knf", "--to", "10.0.0.2:2152,fe80::1"}, "--to"},
+		{[]string{"pkt", "knf", "--to", "10.0.0.2:2152", "--port", "70000"}, "--port 70000"},
+		{[]string{"pkt", "knf", "--to", "10.0.0.2:2152", "--duration", "-1s"}, "--duration"},
+		{[]string{"pkt", "knf", "--to", "10.0.0.2:2152", "--rules", "ebpf"}, "--rules"},
+		{[]string{"pkt", "knf", "extra"}, "takes no arguments"},
+		{[]string{"pkt", "xfwd"}, "--to"},
+		{[]string{"pkt", "xfwd", "--to", "10.0.0.2"}, "--to"},
+		{[]string{"pkt", "xfwd", "--to", "10.0.0.2:2152,fe80::1"}, "--to"},
+		{[]string{"pkt", "xfwd", "--to", "10.0.0.2:2152", "--port", "70000"}, "--port 70000"},
+		{[]string{"pkt", "xfwd", "--to", "10.0.0.2:2152", "--duration", "-1s"}, "--duration"},
+		{[]string{"pkt", "xfwd", "--to", "10.0.0.2:2152", "--mode", "offload"}, "--mode"},
+		{[]string{"pkt", "xfwd", "extra"}, "takes no arguments"},
 		{[]string{"pkt", "nosuch"}, "unknown command"},
 	} {
 		code, stderr := captureStderr(t, func() int { return execute(c.args) })
@@ -84,4 +107,135 @@ func captureStderr(t *testing.T, fn func() int) (int, string) {
 	os.Stderr = orig
 	w.Close()
 	return code, <-got
+}
+
+// `pkt knf` run in a namespace: it says it is ready on stderr, forwards a datagram to its
+// target from its own address, and when --duration has passed prints its result as one JSON
+// object, its table gone.
+func TestPktKnfRuns(t *testing.T) {
+	p := netnstest.NewPair(t, [2]string{"c", "k"}, [2]string{"eth0", "eth0"}, netip.MustParsePrefix("10.254.1.0/24"))
+	var target *net.UDPConn
+	if err := netns.Do(p.NS[0], func() (err error) {
+		target, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 2153})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	root := newRoot()
+	var stdout bytes.Buffer
+	stderr := &cluster.LockedBuffer{}
+	root.SetOut(&stdout)
+	root.SetErr(stderr)
+	root.SetArgs([]string{"pkt", "knf", "--to", netip.AddrPortFrom(p.IP[0], 2153).String(), "--duration", "1500ms"})
+	done := make(chan error, 1)
+	go func() { done <- netns.Do(p.NS[1], root.Execute) }()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(string(stderr.Bytes()), pktengine.KnfReadyLine); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q on stderr after 5 s: %q", pktengine.KnfReadyLine, string(stderr.Bytes()))
+		}
+	}
+	if err := netns.Do(p.NS[0], func() error {
+		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: p.IP[1].AsSlice(), Port: pktengine.GTPPort})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("through the kernel"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	_ = target.SetReadDeadline(time.Now().Add(2 * time.Second))
+	n, from, err := target.ReadFromUDP(buf)
+	if err != nil || string(buf[:n]) != "through the kernel" || !from.IP.Equal(p.IP[1].AsSlice()) {
+		t.Errorf("at the target: %q from %v, %v; want the datagram from the VNF's address %s", buf[:n], from, err, p.IP[1])
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var res pktengine.KnfResult
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil || strings.Count(stdout.String(), "\n") != 1 {
+		t.Fatalf("stdout %q is not one JSON object: %v", stdout.String(), err)
+	}
+	if res.Packets != 1 || res.Port != pktengine.GTPPort || len(res.To) != 1 || res.Rules != pktengine.KnfNFTables || res.DurationS < 1.4 {
+		t.Errorf("result %+v, want 1 datagram forwarded by nftables in 1.5 s", res)
+	}
+	if out, err := netns.Output(netns.Path(p.NS[1]), "nft", []string{"list", "tables"}, nil); err != nil || strings.Contains(string(out), pktengine.KnfTable) {
+		t.Errorf("nft list tables after the run: %q, %v", out, err)
+	}
+}
+
+// `pkt xfwd` run in a namespace: it says it is ready on stderr, its XDP program forwards a
+// datagram to its target from its own address, and when --duration has passed it prints its
+// result as one JSON object, the program gone from the interface.
+func TestPktXfwdRuns(t *testing.T) {
+	p := netnstest.NewPair(t, [2]string{"c", "x"}, [2]string{"eth0", "eth0"}, netip.MustParsePrefix("10.254.2.0/24"))
+	var target *net.UDPConn
+	if err := netns.Do(p.NS[0], func() (err error) {
+		target, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 2153})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	root := newRoot()
+	var stdout bytes.Buffer
+	stderr := &cluster.LockedBuffer{}
+	root.SetOut(&stdout)
+	root.SetErr(stderr)
+	root.SetArgs([]string{"pkt", "xfwd", "--to", netip.AddrPortFrom(p.IP[0], 2153).String(), "--duration", "1500ms"})
+	done := make(chan error, 1)
+	go func() { done <- netns.Do(p.NS[1], root.Execute) }()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(string(stderr.Bytes()), pktengine.XfwdReadyLine); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q on stderr after 5 s: %q", pktengine.XfwdReadyLine, string(stderr.Bytes()))
+		}
+	}
+	xdp := func() bool {
+		h, err := netns.Netlink(p.NS[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		lk, err := h.LinkByName("eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lk.Attrs().Xdp != nil && lk.Attrs().Xdp.Attached
+	}
+	if !xdp() {
+		t.Error("no XDP program on the VNF's eth0 once it is ready")
+	}
+	if err := netns.Do(p.NS[0], func() error {
+		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: p.IP[1].AsSlice(), Port: pktengine.GTPPort})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("through XDP"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	_ = target.SetReadDeadline(time.Now().Add(2 * time.Second))
+	n, from, err := target.ReadFromUDP(buf)
+	if err != nil || string(buf[:n]) != "through XDP" || !from.IP.Equal(p.IP[1].AsSlice()) {
+		t.Errorf("at the target: %q from %v, %v; want the datagram from the VNF's address %s", buf[:n], from, err, p.IP[1])
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var res pktengine.XfwdResult
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil || strings.Count(stdout.String(), "\n") != 1 {
+		t.Fatalf("stdout %q is not one JSON object: %v", stdout.String(), err)
+	}
+	if res.Packets != 1 || len(res.PacketsTo) != 1 || res.PacketsTo[0] != 1 || res.Port != pktengine.GTPPort || len(res.To) != 1 || res.Mode != pktengine.XfwdGeneric || res.DurationS < 1.4 {
+		t.Errorf("result %+v, want 1 datagram forwarded in generic mode in 1.5 s", res)
+	}
+	if xdp() {
+		t.Error("the XDP program is still attached after pkt xfwd ended")
+	}
 }

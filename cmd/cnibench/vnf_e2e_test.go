@@ -1,11 +1,15 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cnibench/cnibench/internal/lab"
 	"github.com/cnibench/cnibench/internal/result"
 )
 
@@ -53,4 +57,88 @@ func TestVNFRun(t *testing.T) {
 			t.Errorf("case %+v", cr.Case)
 		}
 	}
+}
+
+// TestVNFNoisyRamp runs seed 002's own search (the ramp) with two noisy neighbours of 250m
+// beside one replica and the ingress on the other node. The neighbours' loops really run, in
+// CFS quotas of 250m (watched from the host while the run measures), and only while the case
+// measures; the ramp finds a maximum feasible throughput; nothing of them is left.
+func TestVNFNoisyRamp(t *testing.T) {
+	needRoot(t)
+	cpuRoot, _ := lab.CPURoots()
+	if cpuRoot == "" {
+		t.Skip("no cgroup v1 cpu hierarchy: pods get no CPU limits here")
+	}
+	out := filepath.Join(t.TempDir(), "vnf-noisy")
+	seen := map[string]string{} // noisy loop's cgroup -> its quota
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			for cg, quota := range noisyLoops(filepath.Dir(cpuRoot)) {
+				seen[cg] = quota
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	r := runCnb(t, runOpts{}, "run", "--scenario", "vnf", "--dataplane", "flannel", "--placement", "intra", "--replicas", "1",
+		"--lb", "ingress-remote", "--search", "ramp", "--noisy", "2", "--noisy-cpu-limit", "250", "--repeat", "1", "--duration", "1", "--warmup", "0", "--out", out)
+	close(stop)
+	<-done
+	s, err := result.ReadSummary(out)
+	if err != nil {
+		t.Fatalf("summary.json: %v (exit %d, stderr %s)", err, r.code, r.stderr)
+	}
+	if len(s.Results) != 1 || s.Results[0].Status != "ok" {
+		t.Fatalf("results %+v (stderr %s)", s.Results, r.stderr)
+	}
+	cr := s.Results[0]
+	m := func(k string) float64 { return cr.Metrics[k].Mean }
+	if m("max_feasible_pps") <= 1000 || m("max_feasible_pps") > m("search_max_pps") || m("search_trials_count") < 2 || m("max_feasible_relative_width") > 0.05 {
+		t.Errorf("max feasible %.0f pps (width %g) of %.0f searched, %v trials", m("max_feasible_pps"), m("max_feasible_relative_width"), m("search_max_pps"), m("search_trials_count"))
+	}
+	if _, ok := cr.Metrics["ndr_pps"]; ok || cr.Case.ID != "vnf/flannel/intra/gtpu/vnf=userspace/iso=shared/lb=ingress-remote/search=ramp/size=256/noisy=2/ncpu=250" {
+		t.Errorf("case %s, metrics %v", cr.Case.ID, cr.Metrics)
+	}
+	if len(seen) != 2 {
+		t.Errorf("noisy loops seen in cgroups %v, want 2", seen)
+	}
+	for cg, quota := range seen {
+		if !strings.HasSuffix(cg, "-noisy0") && !strings.HasSuffix(cg, "-noisy1") || quota != "25000" {
+			t.Errorf("noisy loop in cgroup %s with quota %q, want a noisy pod's of 25000 us (250m of 100 ms)", cg, quota)
+		}
+	}
+	if left := noisyLoops(filepath.Dir(cpuRoot)); len(left) > 0 {
+		t.Errorf("noisy loops left after the run: %v", left)
+	}
+}
+
+// noisyLoops finds the noisy neighbours' shell loops running on the host: each one's v1 cpu
+// cgroup (under cpuMount) and that cgroup's CFS quota.
+func noisyLoops(cpuMount string) map[string]string {
+	out := map[string]string{}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "while :; do :; done") {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(cg), "\n") {
+			f := strings.SplitN(line, ":", 3)
+			if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "cpu") {
+				q, _ := os.ReadFile(filepath.Join(cpuMount, f[2], "cpu.cfs_quota_us"))
+				out[f[2]] = strings.TrimSpace(string(q))
+			}
+		}
+	}
+	return out
 }

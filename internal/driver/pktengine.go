@@ -30,6 +30,7 @@ type PktGenSpec struct {
 	RatePPS   float64 // target rate; 0 = as fast as possible
 	DurationS float64 // seconds; 0 = DefaultDurationS
 	Streams   int     // TEIDs; 0 = 1
+	Flows     int     // outer UDP flows (source ports) taken in turn; 0 = 1
 	FirstTEID uint32  // 0 = the generator's default (1)
 	RotateS   float64 // TEID rotation period; 0 = the generator's default (2 s)
 	// ProbeRate is latency probes per second; 0 = the generator's default (1), < 0 = none.
@@ -75,6 +76,7 @@ func PktGenCommand(s PktGenSpec) []string {
 	opt("--mode", s.Mode, s.Mode != "")
 	opt("--size", s.Size, s.Size != "")
 	opt("--streams", strconv.Itoa(s.Streams), s.Streams > 0)
+	opt("--flows", strconv.Itoa(s.Flows), s.Flows > 1)
 	opt("--teid", strconv.FormatUint(uint64(s.FirstTEID), 10), s.FirstTEID > 0)
 	opt("--rotate", seconds(s.RotateS), s.RotateS > 0)
 	opt("--probe-rate", fmtFloat(max(s.ProbeRate, 0)), s.ProbeRate != 0)

@@ -154,15 +154,22 @@ func TestRealCluster(t *testing.T) {
 // the CPU manager policy none, so the Guaranteed pods get no CPUs of their own, and those cases
 // are skipped saying so.
 func vnfOnCluster(t *testing.T, h *Harness, bin string) {
-	sum := cliSummary(t, h, bin, false, "--scenario", "vnf", "--placement", "split", "--replicas", "2", "--cpu-limit", "1000",
+	sum := cliSummary(t, h, bin, false, "--scenario", "vnf", "--vnf", "userspace,kernel,xdp", "--placement", "split", "--replicas", "2", "--cpu-limit", "1000",
 		"--cpu-isolation", "shared,exclusive", "--lb", "service,ingress", "--repeat", "1")
-	if len(sum.Results) != 4 {
-		t.Fatalf("%d results, want 4", len(sum.Results))
+	if len(sum.Results) != 12 {
+		t.Fatalf("%d results, want 12", len(sum.Results))
 	}
 	for _, r := range sum.Results {
 		if r.Case.CPUIsolation == "exclusive" {
 			if r.Status != "skipped" || !strings.Contains(r.Reason, "CPU manager policy must be static") {
 				t.Errorf("%s: %s (%s), want skipped: no exclusive CPUs without the static CPU manager", r.Case.ID, r.Status, r.Reason)
+			}
+			continue
+		}
+		if r.Case.VNF != "userspace" {
+			// The project's pods are unprivileged: no CAP_NET_ADMIN for NAT rules or XDP.
+			if r.Status != "skipped" || !strings.Contains(r.Reason, "CAP_NET_ADMIN") {
+				t.Errorf("%s: %s (%s), want skipped: the pods lack CAP_NET_ADMIN", r.Case.ID, r.Status, r.Reason)
 			}
 			continue
 		}

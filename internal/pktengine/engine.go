@@ -7,7 +7,8 @@
 //
 // The generator and the receiver are written against Engine, the way frames move between user
 // space and an interface. An engine is one file that registers itself (engine_afpacket.go:
-// AF_PACKET rings); the default is the best usable one.
+// AF_PACKET rings; engine_afxdp.go: AF_XDP sockets in copy mode); the default is the best
+// usable one.
 package pktengine
 
 import (
@@ -29,8 +30,9 @@ type Iface struct {
 // network namespace; the TX and RX they return may be used from any thread, one at a time.
 type Engine interface {
 	Name() string
-	// Rank orders the engines: the default is the usable engine of the highest rank.
-	Rank() int
+	// Rank orders the engines for a role: the default is the usable engine of the highest
+	// rank for it.
+	Rank(r Role) int
 	// Usable tells why this host cannot run the engine (nil: it can).
 	Usable() error
 	OpenTX(ifc Iface) (TX, error)
@@ -68,6 +70,23 @@ type RX interface {
 	Close() error
 }
 
+// Role is what an engine is chosen for by default: sending (the generator) or receiving (the
+// receiver). The faster sender need not be the better receiver: one engine may time frames
+// by the kernel's receive timestamp and another by its read.
+type Role int
+
+const (
+	RoleSend Role = iota
+	RoleRecv
+)
+
+func (r Role) String() string {
+	if r == RoleRecv {
+		return "receiving"
+	}
+	return "sending"
+}
+
 var (
 	regMu   sync.Mutex
 	engines = map[string]Engine{}
@@ -83,8 +102,10 @@ func Register(e Engine) {
 	engines[e.Name()] = e
 }
 
-// Engines lists the registered engines, best (highest rank) first.
-func Engines() []Engine {
+// Engines lists the registered engines, best (highest rank) for sending first.
+func Engines() []Engine { return enginesFor(RoleSend) }
+
+func enginesFor(r Role) []Engine {
 	regMu.Lock()
 	defer regMu.Unlock()
 	out := make([]Engine, 0, len(engines))
@@ -92,8 +113,8 @@ func Engines() []Engine {
 		out = append(out, e)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if out[i].Rank() != out[j].Rank() {
-			return out[i].Rank() > out[j].Rank()
+		if out[i].Rank(r) != out[j].Rank(r) {
+			return out[i].Rank(r) > out[j].Rank(r)
 		}
 		return out[i].Name() < out[j].Name()
 	})
@@ -112,9 +133,9 @@ func EngineNames() []string {
 // ErrUnknownEngine is wrapped by Lookup for a name no engine has.
 var ErrUnknownEngine = errors.New("unknown packet engine")
 
-// Lookup returns the engine of that name, or ("") the best usable one.
-func Lookup(name string) (Engine, error) {
-	all := Engines()
+// Lookup returns the engine of that name, or ("") the best usable one for role r.
+func Lookup(name string, r Role) (Engine, error) {
+	all := enginesFor(r)
 	if name != "" {
 		for _, e := range all {
 			if e.Name() == name {
@@ -131,5 +152,5 @@ func Lookup(name string) (Engine, error) {
 		}
 		why = append(why, e.Name()+": "+err.Error())
 	}
-	return nil, fmt.Errorf("no usable packet engine (%s)", strings.Join(why, "; "))
+	return nil, fmt.Errorf("no usable packet engine for %s (%s)", r, strings.Join(why, "; "))
 }

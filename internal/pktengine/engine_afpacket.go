@@ -2,7 +2,7 @@ package pktengine
 
 // The af_packet engine: AF_PACKET sockets with memory-mapped rings.
 //
-// Send: a TPACKET_V2 TX ring with PACKET_QDISC_BYPASS (the frames go straight to the driver,
+// RoleSend: a TPACKET_V2 TX ring with PACKET_QDISC_BYPASS (the frames go straight to the driver,
 // past the qdisc layer), flushed with one non-blocking sendto per batch. This kernel (6.18)
 // accepts TPACKET_V3 for a TX ring as well, but sends from it exactly as from V2 (fixed slots,
 // tp_next_offset must be 0), and it measured the same: 64-byte frames, unlimited, over a veth
@@ -14,7 +14,7 @@ package pktengine
 // the kernel's work per frame (the peer's receive path runs in the sender's softirq) is the
 // limit, not the generator's loop.
 //
-// Receive: a TPACKET_V3 RX ring. The kernel fills blocks of frames and hands a block over when
+// RoleRecv: a TPACKET_V3 RX ring. The kernel fills blocks of frames and hands a block over when
 // it is full or its retire timer (rxRetireMs) fires, so the receiver wakes once per block, not
 // per frame; the receive time in each frame's header is taken when the frame arrived, so the
 // block's wait adds nothing to a probe's latency. A socket filter cuts every frame to rxSnap
@@ -38,7 +38,15 @@ func init() { Register(afPacket{}) }
 type afPacket struct{}
 
 func (afPacket) Name() string { return "af_packet" }
-func (afPacket) Rank() int    { return 10 }
+
+// Rank: af_packet is the receiver's default (its frames carry the kernel's receive time, and it
+// receives as fast as af_xdp: see afXDPRank), af_xdp the sender's.
+func (afPacket) Rank(r Role) int {
+	if r == RoleRecv {
+		return 30
+	}
+	return 10
+}
 
 // Usable needs AF_PACKET sockets (CAP_NET_RAW) with the ring versions and options used.
 func (afPacket) Usable() error {

@@ -144,6 +144,11 @@ func PutTEID(frame []byte, teid uint32) {
 	binary.BigEndian.PutUint32(frame[gtpTEIDOff:gtpTEIDOff+4], teid)
 }
 
+// PutSrcPort sets a frame's outer UDP source port (the frame carries no UDP checksum).
+func PutSrcPort(frame []byte, port uint16) {
+	binary.BigEndian.PutUint16(frame[ethLen+ipLen:], port)
+}
+
 func putIPv4(b []byte, src, dst netip.Addr, total int) {
 	b[0] = 0x45 // version 4, 20-byte header
 	binary.BigEndian.PutUint16(b[2:4], uint16(total))

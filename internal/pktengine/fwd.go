@@ -49,21 +49,32 @@ type FwdResult struct {
 // fwdPoll is how often a forwarder with nothing to do looks at its context.
 const fwdPoll = 100 * time.Millisecond
 
+// checkTargets checks a forwarder's port and targets (IPv4 address:port each) and returns the
+// targets as strings.
+func checkTargets(port int, to []netip.AddrPort) ([]string, error) {
+	if port < 1 || port > 65535 {
+		return nil, badField("port", "%d: want 1..65535", port)
+	}
+	if len(to) == 0 {
+		return nil, badField("to", "no target: give an IPv4 address:port to send to")
+	}
+	var out []string
+	for _, t := range to {
+		if !t.IsValid() || !t.Addr().Is4() || t.Port() == 0 {
+			return nil, badField("to", "%s: want an IPv4 address:port to send to", t)
+		}
+		out = append(out, t.String())
+	}
+	return out, nil
+}
+
 // RunFwd forwards until o.Duration has passed or ctx ends, on the calling goroutine's thread
 // (inside the current network namespace).
 func RunFwd(ctx context.Context, o FwdOptions) (FwdResult, error) {
 	res := FwdResult{Port: o.Port, SentTo: make([]uint64, len(o.To))}
-	if o.Port < 1 || o.Port > 65535 {
-		return res, badField("port", "%d: want 1..65535", o.Port)
-	}
-	if len(o.To) == 0 {
-		return res, badField("to", "no target: give an IPv4 address:port to send to")
-	}
-	for _, to := range o.To {
-		if !to.IsValid() || !to.Addr().Is4() || to.Port() == 0 {
-			return res, badField("to", "%s: want an IPv4 address:port to send to", to)
-		}
-		res.To = append(res.To, to.String())
+	var err error
+	if res.To, err = checkTargets(o.Port, o.To); err != nil {
+		return res, err
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

@@ -26,6 +26,10 @@ type GenConfig struct {
 	Rotate    time.Duration
 	// ProbeRate is how many frames per second are marked as latency probes (0: none).
 	ProbeRate float64
+	// Flows is how many outer UDP flows the frames spread over, in turn, frame by frame: source
+	// ports Addrs.SrcPort, +1, ... (0 or 1: one flow). A load balancer that picks an endpoint
+	// per flow (a Service: conntrack) can only spread several.
+	Flows int
 	// Batch is the most frames handed to the kernel at once (0: DefaultBatch).
 	Batch int
 }
@@ -66,6 +70,8 @@ func (c GenConfig) Check() error {
 		return badField("teid", "%d with %d streams: TEIDs up to %d do not fit 32 bits", c.FirstTEID, c.Streams, uint64(c.FirstTEID)+uint64(c.Streams)-1)
 	case c.Rotate <= 0:
 		return badField("rotate", "%v must be > 0", c.Rotate)
+	case c.Flows < 0 || int(c.Addrs.SrcPort)+max(c.Flows, 1)-1 > math.MaxUint16:
+		return badField("flows", "%d from source port %d: give 1..%d flows", c.Flows, c.Addrs.SrcPort, math.MaxUint16-int(c.Addrs.SrcPort)+1)
 	case c.ProbeRate < 0 || math.IsNaN(c.ProbeRate) || math.IsInf(c.ProbeRate, 0):
 		return badField("probe-rate", "%v must be >= 0 per second", c.ProbeRate)
 	case c.Batch < 0:
@@ -96,6 +102,8 @@ type GenResult struct {
 	AchievedPPS float64 `json:"achieved_pps"`
 	AchievedBPS float64 `json:"achieved_bps"`
 	ProbesSent  uint64  `json:"probes_sent"`
+	// Flows is how many outer UDP flows (source ports) the frames took in turn.
+	Flows int `json:"flows"`
 	// TXErrors counts hand-overs the kernel answered with an error (it or the interface
 	// dropped a frame: the frames count as sent, and a dropped one shows as lost).
 	TXErrors  uint64       `json:"tx_errors"`
@@ -183,6 +191,7 @@ type generator struct {
 	batch     int
 	templates map[int][]byte // a frame of each size (stream FirstTEID)
 	payOff    int
+	flow      int      // the flow of the next frame (GenConfig.Flows)
 	sent      []uint64 // per stream
 	seq       []uint64 // per stream: the next sequence number
 	lens      []int
@@ -264,6 +273,12 @@ func (g *generator) run(ctx context.Context, tx TX, clk clock) (GenResult, error
 			if cfg.Mode == GTPU {
 				PutTEID(f, teid)
 			}
+			if cfg.Flows > 1 {
+				PutSrcPort(f, cfg.Addrs.SrcPort+uint16(g.flow))
+				if g.flow++; g.flow == cfg.Flows {
+					g.flow = 0
+				}
+			}
 			Payload{Stream: teid, Seq: g.seq[stream], TxNs: wall, Probe: probe && i == 0}.Put(f[g.payOff:])
 			g.seq[stream]++
 			g.lens[i] = len(f)
@@ -299,7 +314,7 @@ func (g *generator) result(sent, bytes, probes, txErrors uint64, elapsed time.Du
 	r := GenResult{Mode: cfg.Mode, FrameSize: cfg.SizeName, TargetPPS: cfg.Rate,
 		Src: cfg.Addrs.Src.String(), Dst: cfg.Addrs.Dst.String(), DstMAC: net.HardwareAddr(cfg.Addrs.DstMAC[:]).String(),
 		DurationS: elapsed.Seconds(), SentPackets: sent, SentBytes: bytes, ProbesSent: probes, TXErrors: txErrors,
-		RotateS: cfg.Rotate.Seconds(), ProbeRate: cfg.ProbeRate}
+		RotateS: cfg.Rotate.Seconds(), ProbeRate: cfg.ProbeRate, Flows: max(cfg.Flows, 1)}
 	r.Sizes = slices.Compact(slices.Sorted(slices.Values(cfg.Sizes)))
 	if s := elapsed.Seconds(); s > 0 {
 		r.AchievedPPS = float64(sent) / s

@@ -2,7 +2,9 @@ package pktengine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -43,6 +45,8 @@ type fakeTX struct {
 	pauseAt int
 	pause   time.Duration
 	failAll bool
+	// srcPorts are the frames' outer UDP source ports, in order.
+	srcPorts []uint16
 }
 
 func newFakeTX(t *testing.T, clk *fakeClock) *fakeTX {
@@ -69,6 +73,7 @@ func (x *fakeTX) Submit(lens []int) error {
 		}
 		b.frames = append(b.frames, p)
 		b.sizes = append(b.sizes, l+FCSLen)
+		x.srcPorts = append(x.srcPorts, binary.BigEndian.Uint16(x.bufs[i][ethLen+ipLen:]))
 	}
 	x.total += uint64(len(lens))
 	b.total = x.total
@@ -266,6 +271,7 @@ func TestGenConfigCheck(t *testing.T) {
 		"teid":       func(c *GenConfig) { c.FirstTEID, c.Streams = 1<<32-1, 2 },
 		"rotate":     func(c *GenConfig) { c.Rotate = 0 },
 		"probe-rate": func(c *GenConfig) { c.ProbeRate = -0.5 },
+		"flows":      func(c *GenConfig) { c.Flows = 1 << 16 }, // source ports past 65535
 	} {
 		c := good
 		mangle(&c)
@@ -273,5 +279,29 @@ func TestGenConfigCheck(t *testing.T) {
 		if err := c.Check(); !errors.As(err, &ce) || ce.Field != field {
 			t.Errorf("%s: Check() = %v, want a ConfigError for %s", field, err, field)
 		}
+	}
+}
+
+// Flows: the frames take the outer source ports SrcPort, SrcPort+1, ... in turn, frame by
+// frame across batches; one flow keeps SrcPort.
+func TestFlows(t *testing.T) {
+	cfg := genConfig(1000, 2*time.Second)
+	cfg.Flows = 3
+	res, tx, err := runFake(t, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tx.srcPorts) < 1000 || res.Flows != 3 {
+		t.Fatalf("%d frames, flows %d", len(tx.srcPorts), res.Flows)
+	}
+	for i, p := range tx.srcPorts {
+		if want := testAddrs.SrcPort + uint16(i%3); p != want {
+			t.Fatalf("frame %d: source port %d, want %d", i, p, want)
+		}
+	}
+	cfg.Flows = 0
+	res, tx, err = runFake(t, cfg, nil)
+	if err != nil || res.Flows != 1 || slices.ContainsFunc(tx.srcPorts, func(p uint16) bool { return p != testAddrs.SrcPort }) {
+		t.Errorf("one flow: %v, flows %d, ports not all %d", err, res.Flows, testAddrs.SrcPort)
 	}
 }

@@ -262,12 +262,19 @@ func Receive(ctx context.Context, e Engine, ifc Iface, cfg RecvConfig) (RecvResu
 	return res, err
 }
 
+// A receiver told to stop reads on until no frame has come for drainQuiet, drainMax at most.
+const (
+	drainQuiet = 100 * time.Millisecond
+	drainMax   = time.Second
+)
+
 // receive runs the receiver on an open RX (from any thread) and closes it.
 func receive(ctx context.Context, rx RX, cfg RecvConfig) (RecvResult, error) {
 	r := newReceiver()
 	start := time.Now()
 	var (
 		stopAt time.Time // when the receiver was told to stop
+		last   time.Time // when the last read that found frames ended
 		err    error
 	)
 	for {
@@ -275,11 +282,19 @@ func receive(ctx context.Context, rx RX, cfg RecvConfig) (RecvResult, error) {
 		if stopAt.IsZero() && (ctx.Err() != nil || cfg.Duration > 0 && now.Sub(start) >= cfg.Duration) {
 			stopAt = now
 		}
-		if !stopAt.IsZero() && now.Sub(stopAt) >= rx.Settle() {
+		// Told to stop, it drains: frames still on their way (queued in a forwarder's socket,
+		// a ring, a qdisc) count as received, not lost, as RFC 2544 waits for them. It stops
+		// once the ring's own delay has passed and no frame came for drainQuiet, or after
+		// drainMax whatever comes.
+		if !stopAt.IsZero() && now.Sub(stopAt) >= rx.Settle() && (now.Sub(last) >= drainQuiet || now.Sub(stopAt) >= drainMax) {
 			break
 		}
+		n := r.ours + r.other
 		if err = rx.Read(pollEvery, r.frame); err != nil {
 			break
+		}
+		if r.ours+r.other != n {
+			last = time.Now()
 		}
 	}
 	res := r.result()

@@ -1,7 +1,9 @@
 package pktengine
 
 import (
+	"context"
 	"testing"
+	"time"
 )
 
 func feed(seqs ...uint64) *stream {
@@ -113,5 +115,60 @@ func TestReceiverFrames(t *testing.T) {
 	near := func(got, want float64) bool { return got >= want*0.999 && got <= want*1.001 }
 	if !near(l.Min, 20) || !near(l.Max, 29) || !near(l.P50, 24) || !near(l.P90, 28) || !near(l.Mean, 24.5) {
 		t.Errorf("latency %+v, want min 20, p50 24, p90 28, mean 24.5, max 29 µs", l)
+	}
+}
+
+// drainRX delivers one of the generator's frames per Read until until (wall time), then none.
+type drainRX struct {
+	until time.Time
+	seq   uint64
+}
+
+func (x *drainRX) Read(timeout time.Duration, fn func([]byte, int, int64)) error {
+	if time.Now().After(x.until) {
+		time.Sleep(timeout)
+		return nil
+	}
+	f := BuildFrame(make([]byte, MaxFrameSize), testAddrs, GTPU, 256, 1)
+	Payload{Stream: 1, Seq: x.seq, TxNs: time.Now().UnixNano()}.Put(f[payloadOffset(GTPU):])
+	x.seq++
+	fn(f, len(f), time.Now().UnixNano())
+	time.Sleep(5 * time.Millisecond)
+	return nil
+}
+func (x *drainRX) Settle() time.Duration       { return 10 * time.Millisecond }
+func (x *drainRX) Drops() (drops, full uint64) { return 0, 0 }
+func (x *drainRX) Describe() string            { return "drain" }
+func (x *drainRX) Close() error                { return nil }
+
+// A receiver told to stop drains (RFC 2544 counts frames still on their way): frames that keep
+// coming for 300 ms after the stop are all received, and it then stops within about
+// drainQuiet; frames that never stop coming end it after drainMax.
+func TestReceiverDrains(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		after time.Duration // frames keep coming this long after the stop
+		max   time.Duration // the receiver must stop within this after the stop
+	}{
+		{"in flight", 300 * time.Millisecond, 300*time.Millisecond + drainQuiet + 150*time.Millisecond},
+		{"endless", time.Hour, drainMax + 150*time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // told to stop at once
+			stop := time.Now()
+			rx := &drainRX{until: stop.Add(c.after)}
+			res, err := receive(ctx, rx, RecvConfig{})
+			took := time.Since(stop)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took > c.max || took < min(c.after, drainMax) {
+				t.Errorf("stopped %v after the stop, want between %v and %v", took, min(c.after, drainMax), c.max)
+			}
+			if res.Received != rx.seq || rx.seq < 20 {
+				t.Errorf("received %d of the %d frames delivered", res.Received, rx.seq)
+			}
+		})
 	}
 }

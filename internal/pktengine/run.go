@@ -33,7 +33,7 @@ func RunGen(ctx context.Context, o GenOptions) (GenResult, error) {
 	if err := o.Check(); err != nil {
 		return GenResult{}, err
 	}
-	e, err := Lookup(o.Engine)
+	e, err := Lookup(o.Engine, RoleSend)
 	if err != nil {
 		return GenResult{}, err
 	}
@@ -65,7 +65,7 @@ type RecvOptions struct {
 // RunRecv runs the receiver on the calling goroutine's thread (inside the current network
 // namespace).
 func RunRecv(ctx context.Context, o RecvOptions) (RecvResult, error) {
-	e, err := Lookup(o.Engine)
+	e, err := Lookup(o.Engine, RoleRecv)
 	if err != nil {
 		return RecvResult{}, err
 	}

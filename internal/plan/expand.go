@@ -107,6 +107,9 @@ func (res resolved) cases(scen, backend string, copies int) []result.Case {
 	cs = along(cs, res.isolations, func(c *result.Case, v string) { c.CPUIsolation = v })
 	cs = along(cs, res.frameSizes, func(c *result.Case, v int) { c.FrameSize = v })
 	cs = along(cs, res.lbs, func(c *result.Case, v string) { c.LB = v })
+	cs = along(cs, res.searches, func(c *result.Case, v string) { c.Search = v })
+	cs = along(cs, res.noisy, func(c *result.Case, v int) { c.Noisy = v })
+	cs = along(cs, res.noisyLimits, func(c *result.Case, v int) { c.NoisyCPULimit = v })
 	if copies > 1 {
 		var nums []int
 		for n := 1; n <= copies; n++ {

@@ -39,6 +39,7 @@ var Keys = []string{
 	"scenario", "dataplane", "placement", "protocol",
 	"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules",
 	"external-traffic-policy", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb",
+	"search", "noisy", "noisy-cpu-limit",
 	"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies",
 }
 
@@ -55,7 +56,9 @@ var CPUIsolations = []string{"shared", "exclusive"}
 
 // LoadBalancers are the values of key lb: what spreads a VNF's traffic over its replicas, a
 // Service (the data plane's proxy) or an ingress (a user-space UDP load balancer pod).
-var LoadBalancers = []string{"service", "ingress"}
+// (on the generator's node; ingress-remote: on the other node, as seed 002's Ingress
+// controller moved off the node traffic enters by).
+var LoadBalancers = []string{"service", "ingress", "ingress-remote"}
 
 // Catalog describes what this build and host can run.
 type Catalog struct {
@@ -68,6 +71,8 @@ type Catalog struct {
 	Proxies, Policies, NFs []string
 	// VNFs are the kinds of packet-forwarding VNF of the vnf scenario (nil = any).
 	VNFs []string
+	// Searches are the ways a VNF trial finds its rates (nil = any).
+	Searches []string
 }
 
 // Group is one case group of a plan (or the flags). A nil slice or pointer means the key is
@@ -96,13 +101,18 @@ type Group struct {
 	CPUIsolation []string `yaml:"cpu-isolation,omitempty,flow"`
 	FrameSize    []int    `yaml:"frame-size,omitempty,flow"`
 	LB           []string `yaml:"lb,omitempty,flow"`
-	Repeat       *int     `yaml:"repeat,omitempty"`   // trials per case
-	Duration     *int     `yaml:"duration,omitempty"` // seconds per trial
-	Warmup       *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
-	CPUs         *[2]int  `yaml:"cpus,omitempty,flow"`
-	MTU          *int     `yaml:"mtu,omitempty"` // underlay MTU
-	Nodes        *int     `yaml:"nodes,omitempty"`
-	Copies       *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
+	// Search sweeps how a VNF trial finds its rates (mlr, binary, ramp); Noisy the CPU-bound
+	// pods beside the VNF and NoisyCPULimit their CPU limit (millicores, 0 = none).
+	Search        []string `yaml:"search,omitempty,flow"`
+	Noisy         []int    `yaml:"noisy,omitempty,flow"`
+	NoisyCPULimit []int    `yaml:"noisy-cpu-limit,omitempty,flow"`
+	Repeat        *int     `yaml:"repeat,omitempty"`   // trials per case
+	Duration      *int     `yaml:"duration,omitempty"` // seconds per trial
+	Warmup        *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
+	CPUs          *[2]int  `yaml:"cpus,omitempty,flow"`
+	MTU           *int     `yaml:"mtu,omitempty"` // underlay MTU
+	Nodes         *int     `yaml:"nodes,omitempty"`
+	Copies        *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
 
 	// ExternalTrafficPolicy sweeps the externalTrafficPolicy of a NodePort Service reached from
 	// outside the cluster (n2s): cluster, local.
@@ -216,6 +226,9 @@ func (g Group) clone() Group {
 	c.CPUIsolation = slices.Clone(g.CPUIsolation)
 	c.FrameSize = slices.Clone(g.FrameSize)
 	c.LB = slices.Clone(g.LB)
+	c.Search = slices.Clone(g.Search)
+	c.Noisy = slices.Clone(g.Noisy)
+	c.NoisyCPULimit = slices.Clone(g.NoisyCPULimit)
 	c.ExternalTrafficPolicy = slices.Clone(g.ExternalTrafficPolicy)
 	c.Repeat = ptrClone(g.Repeat)
 	c.Duration = ptrClone(g.Duration)
@@ -256,6 +269,8 @@ func (g *Group) strList(k string) *[]string {
 		return &g.CPUIsolation
 	case "lb":
 		return &g.LB
+	case "search":
+		return &g.Search
 	}
 	return nil
 }
@@ -278,6 +293,10 @@ func (g *Group) intList(k string) *[]int {
 		return &g.CPULimit
 	case "frame-size":
 		return &g.FrameSize
+	case "noisy":
+		return &g.Noisy
+	case "noisy-cpu-limit":
+		return &g.NoisyCPULimit
 	}
 	return nil
 }

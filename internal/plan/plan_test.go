@@ -44,7 +44,7 @@ func testCatalog() Catalog {
 	}
 }
 
-const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, repeat, duration, warmup, cpus, mtu, nodes, copies"
+const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit, repeat, duration, warmup, cpus, mtu, nodes, copies"
 
 func mustParse(t *testing.T, text string) []Group {
 	t.Helper()
@@ -232,7 +232,7 @@ func TestValidateErrors(t *testing.T) {
 
 func TestValidateUnusedParam(t *testing.T) {
 	err := Validate(mustParse(t, "- scenario: baseline\n  services: [5]\n"), testCatalog(), "plans/x.yaml")
-	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb it uses none of them): remove it"
+	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit it uses none of them): remove it"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
@@ -891,6 +891,16 @@ func TestExpandVNFKeys(t *testing.T) {
 		specs[1].Case.LB != "ingress" || specs[1].Case.ID != "vnf/flannel/inter/gtpu/vnf=userspace/iso=shared/lb=ingress/size=256" {
 		t.Errorf("lb sweep: %v %v", ids(specs), err)
 	}
+	cat.Searches = []string{"binary", "mlr", "ramp"}
+	cat.Scenarios["vnf"] = func(i scenario.Info) scenario.Info {
+		i.Params = append(i.Params, "search", "noisy", "noisy-cpu-limit")
+		return i
+	}(cat.Scenarios["vnf"])
+	if specs, err := Expand(mustParse(t, "- scenario: vnf\n  placement: intra\n  search: [ramp]\n  noisy: [0, 4]\n  noisy-cpu-limit: [250]\n"), cat, "lab", BuiltinDefaults()); err != nil || len(specs) != 2 ||
+		specs[1].Case.Noisy != 4 || specs[1].Case.NoisyCPULimit != 250 || specs[1].Case.Search != "ramp" ||
+		specs[1].Case.ID != "vnf/flannel/intra/gtpu/vnf=userspace/iso=shared/search=ramp/size=256/noisy=4/ncpu=250" {
+		t.Errorf("search and noisy: %v %v", ids(specs), err)
+	}
 	g, err := FromFlags(map[string]string{"scenario": "vnf", "cpu-limit": "500", "cpu-isolation": "exclusive", "frame-size": "128,1518"})
 	if err != nil {
 		t.Fatal(err)
@@ -900,11 +910,13 @@ func TestExpandVNFKeys(t *testing.T) {
 	}
 	for plan, msg := range map[string]string{
 		"- scenario: vnf\n  cpu-isolation: [guaranteed]\n": `plans/x.yaml: [0].cpu-isolation[0]: unknown cpu-isolation "guaranteed" (valid: shared, exclusive)`,
-		"- scenario: vnf\n  lb: [metallb]\n":               `plans/x.yaml: [0].lb[0]: unknown lb "metallb" (valid: service, ingress)`,
+		"- scenario: vnf\n  lb: [metallb]\n":               `plans/x.yaml: [0].lb[0]: unknown lb "metallb" (valid: service, ingress, ingress-remote)`,
 		"- scenario: vnf\n  vnf: [dpdk]\n":                 `plans/x.yaml: [0].vnf[0]: unknown vnf "dpdk" (valid: userspace, kernel)`,
 		"- scenario: vnf\n  frame-size: [9000]\n":          "plans/x.yaml: [0].frame-size[0]: 9000 out of range (64..1518)",
 		"- scenario: vnf\n  cpu-limit: [-1]\n":             "plans/x.yaml: [0].cpu-limit[0]: -1 out of range (0..64000)",
 		"- scenario: p2p\n  frame-size: 64\n":              "plans/x.yaml: [0].frame-size: scenario p2p does not use frame-size",
+		"- scenario: vnf\n  search: [golden]\n":            `plans/x.yaml: [0].search[0]: unknown search "golden" (valid: binary, mlr, ramp)`,
+		"- scenario: vnf\n  noisy: [65]\n":                 "plans/x.yaml: [0].noisy[0]: 65 out of range (0..64)",
 	} {
 		_, err := Expand(mustParse(t, plan), cat, "lab", BuiltinDefaults())
 		if err == nil || !strings.HasPrefix(err.Error(), msg) {

@@ -11,27 +11,29 @@ import (
 
 // paramKeys are the keys a scenario uses only when its Info.Params name them.
 var paramKeys = []string{"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules", "external-traffic-policy",
-	"vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb"}
+	"vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb", "search", "noisy", "noisy-cpu-limit"}
 
 // bounds is the inclusive range of an integer key.
 type bounds struct{ lo, hi int }
 
 // ranges are the allowed values of the integer keys (cpus is checked against Catalog.NumCPU).
 var ranges = map[string]bounds{
-	"services":     {0, 100000},
-	"policies":     {0, 100000},
-	"pods":         {0, 100000},
-	"replicas":     {1, 1000},
-	"chain-length": {1, 32},
-	"rules":        {1, 100000},
-	"cpu-limit":    {0, 64000},
-	"frame-size":   {64, 1518},
-	"repeat":       {1, 1000},
-	"duration":     {1, 3600},
-	"warmup":       {0, 600},
-	"mtu":          {576, 9000}, // the pod MTU after overlay overhead is the lab's to check
-	"nodes":        {2, 64},
-	"copies":       {1, 10},
+	"services":        {0, 100000},
+	"policies":        {0, 100000},
+	"pods":            {0, 100000},
+	"replicas":        {1, 1000},
+	"chain-length":    {1, 32},
+	"rules":           {1, 100000},
+	"cpu-limit":       {0, 64000},
+	"frame-size":      {64, 1518},
+	"noisy":           {0, 64},
+	"noisy-cpu-limit": {0, 64000},
+	"repeat":          {1, 1000},
+	"duration":        {1, 3600},
+	"warmup":          {0, 600},
+	"mtu":             {576, 9000}, // the pod MTU after overlay overhead is the lab's to check
+	"nodes":           {2, 64},
+	"copies":          {1, 10},
 }
 
 // Validate checks groups against the catalog and returns the first problem as a one-line
@@ -119,8 +121,8 @@ type resolved struct {
 	dataplanes, placements, protocols, proxies, policyNames, nfs []string
 	services, policies, pods, replicas, lengths, rules           []int
 	etps                                                         []string // externalTrafficPolicy
-	vnfs, isolations, lbs                                        []string
-	cpuLimits, frameSizes                                        []int
+	vnfs, isolations, lbs, searches                              []string
+	cpuLimits, frameSizes, noisy, noisyLimits                    []int
 }
 
 func orStr(v, def []string) []string {
@@ -165,6 +167,9 @@ func resolveGroup(g *Group, info scenario.Info, cat Catalog) resolved {
 		isolations:  orStr(g.CPUIsolation, orStr(info.DefaultStrs["cpu-isolation"], []string{""})),
 		frameSizes:  orInt(g.FrameSize, orInt(info.DefaultInts["frame-size"], []int{0})),
 		lbs:         orStr(g.LB, orStr(info.DefaultStrs["lb"], []string{""})),
+		searches:    orStr(g.Search, orStr(info.DefaultStrs["search"], []string{""})),
+		noisy:       orInt(g.Noisy, orInt(info.DefaultInts["noisy"], []int{0})),
+		noisyLimits: orInt(g.NoisyCPULimit, orInt(info.DefaultInts["noisy-cpu-limit"], []int{0})),
 	}
 }
 
@@ -214,7 +219,7 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Integer lists.
-	for _, key := range []string{"services", "policies", "pods", "replicas", "chain-length", "rules", "cpu-limit", "frame-size"} {
+	for _, key := range []string{"services", "policies", "pods", "replicas", "chain-length", "rules", "cpu-limit", "frame-size", "noisy", "noisy-cpu-limit"} {
 		vals := *g.intList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
@@ -228,13 +233,13 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Free-form string lists.
-	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy", "vnf", "cpu-isolation", "lb"} {
+	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy", "vnf", "cpu-isolation", "lb", "search"} {
 		vals := *g.strList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
 		}
 		allowed := map[string][]string{"proxy": cat.Proxies, "policy": cat.Policies, "nf": cat.NFs, "external-traffic-policy": ExternalTrafficPolicies,
-			"vnf": cat.VNFs, "cpu-isolation": CPUIsolations, "lb": LoadBalancers}[key]
+			"vnf": cat.VNFs, "cpu-isolation": CPUIsolations, "lb": LoadBalancers, "search": cat.Searches}[key]
 		for i, v := range vals {
 			if v == "" {
 				return c.fail(key, i, "empty value")

@@ -41,8 +41,16 @@ type Case struct {
 	CPULimit     int    `json:"cpu_limit,omitempty"`
 	CPUIsolation string `json:"cpu_isolation,omitempty"`
 	FrameSize    int    `json:"frame_size,omitempty"`
-	// LB is what spreads the VNF's traffic over its replicas: "service" or "ingress".
+	// LB is what spreads the VNF's traffic over its replicas: "service", "ingress" or
+	// "ingress-remote".
 	LB string `json:"lb,omitempty"`
+	// Search is how a VNF's trial finds its rates ("" or "mlr": NDR and PDR by an
+	// MLRsearch-style search; "binary": RFC 2544's; "ramp": seed 002's rising rate).
+	Search string `json:"search,omitempty"`
+	// Noisy is the number of CPU-bound pods beside a VNF's replicas (seed 002's "local
+	// calculation"), NoisyCPULimit each one's CPU limit in millicores (0: none).
+	Noisy         int `json:"noisy,omitempty"`
+	NoisyCPULimit int `json:"noisy_cpu_limit,omitempty"`
 	// MTU and Nodes are the lab's underlay MTU and node count (0 where the backend does not set
 	// them: a real cluster has its own); they are in the id only when a plan sweeps them.
 	MTU   int `json:"mtu,omitempty"`
@@ -78,7 +86,7 @@ func (c Case) MakeID() string {
 // Modes are the case's labels that are words, not numbers, and say what is measured rather
 // than what it runs on (a variant: dataplane, proxy, policy, nf, vnf): the
 // externalTrafficPolicy of a NodePort Service ("etp=local"), a VNF's CPU isolation
-// ("iso=exclusive") and load balancer ("lb=ingress"). They are in the id, in CompareKey and, in reports,
+// ("iso=exclusive"), load balancer ("lb=ingress") and search ("search=ramp"). They are in the id, in CompareKey and, in reports,
 // beside the scale dimensions. Empty for most cases.
 func (c Case) Modes() []string {
 	var out []string
@@ -90,6 +98,9 @@ func (c Case) Modes() []string {
 	}
 	if c.LB != "" {
 		out = append(out, "lb="+c.LB)
+	}
+	if c.Search != "" {
+		out = append(out, "search="+c.Search)
 	}
 	return out
 }
@@ -148,6 +159,8 @@ func (c Case) Dims() []Dim {
 		{Key: "rules", Name: "rules", Value: c.Rules, Set: c.Rules > 0, Sweep: true},
 		{Key: "cpu", Name: "cpu_limit", Value: c.CPULimit, Set: c.CPULimit > 0, Sweep: true},
 		{Key: "size", Name: "frame_size", Value: c.FrameSize, Set: c.FrameSize > 0, Sweep: true},
+		{Key: "noisy", Name: "noisy", Value: c.Noisy, Set: c.Noisy > 0, Sweep: true},
+		{Key: "ncpu", Name: "noisy_cpu_limit", Value: c.NoisyCPULimit, Set: c.NoisyCPULimit > 0, Sweep: true},
 		{Key: "mtu", Name: "mtu", Value: c.MTU, Set: c.MTU != 0 && c.MTU != DefaultMTU, Sweep: true},
 		{Key: "nodes", Name: "nodes", Value: c.Nodes, Set: c.Nodes != 0 && c.Nodes != DefaultNodes, Sweep: true},
 		{Key: "copy", Name: "copy", Value: c.Copy, Set: c.Copy > 1},
@@ -156,10 +169,10 @@ func (c Case) Dims() []Dim {
 
 // Load is how many objects the case loads its cluster with beyond the measuring pods:
 // Services, NetworkPolicies, silent pods, server replicas past the first, network functions
-// past the first of a chain and their firewall rules. Cases with no load can share a data
+// past the first of a chain and their firewall rules, noisy neighbours. Cases with no load can share a data
 // plane without changing what each measures.
 func (c Case) Load() int {
-	return c.Services + c.Policies + c.Pods + max(c.Replicas-1, 0) + max(c.ChainLength-1, 0) + c.Rules
+	return c.Services + c.Policies + c.Pods + max(c.Replicas-1, 0) + max(c.ChainLength-1, 0) + c.Rules + c.Noisy
 }
 
 // NamesParts tells whether the case's id names a proxy or policy engine (WithParts): a lab
@@ -203,14 +216,12 @@ func (c Case) Variant() string {
 
 // Primary is the metric a case is judged by: received throughput for streams, the
 // transaction rate for request/response and connect/request/response, for HTTP the seed's
-// time to first byte (mean of the central 4 of 6 fetches; lower is better), and for the
-// reaction scenario the time until traffic reaches a new endpoint (lower is better).
+// time to first byte (mean of the central 4 of 6 fetches; lower is better); a scenario that
+// measures something else names its own (RegisterScenario: the reaction scenario's time until
+// traffic reaches a new endpoint, a VNF's no-drop rate).
 func (c Case) Primary() string {
-	switch c.Scenario {
-	case "reaction": // how fast the data plane follows a new endpoint
-		return "reaction_up_ms"
-	case "vnf": // the rate forwarded without loss
-		return "ndr_pps"
+	if j, ok := judges[c.Scenario]; ok && j.Primary != nil {
+		return j.Primary(c)
 	}
 	switch c.Protocol {
 	case "tcp", "udp":
@@ -221,11 +232,27 @@ func (c Case) Primary() string {
 	return "transactions_per_s"
 }
 
+// Judge is what a scenario tells this package about its cases (RegisterScenario), so that
+// ids, comparisons and reports need no switch on scenario names.
+type Judge struct {
+	// Primary is the metric a case is judged by (nil: the protocol's, as Primary says).
+	Primary func(Case) string
+	// NoBaseline: no baseline case measures what the scenario does (BaselineID is "").
+	NoBaseline bool
+}
+
+var judges = map[string]Judge{}
+
+// RegisterScenario records what scenario name's cases are judged by; internal/scenario's
+// Register calls it for every scenario.
+func RegisterScenario(name string, j Judge) { judges[name] = j }
+
 // BaselineID names the baseline case a pod result is compared with: the bare veth pair for
 // intra-node cases, node to node over the underlay for inter-node cases, same protocol and
-// lab shape (MTU, nodes). "" for baselines, reaction times and VNF rates.
+// lab shape (MTU, nodes). "" for baselines and scenarios no baseline measures the same
+// (Judge.NoBaseline: reaction times, VNF rates).
 func (c Case) BaselineID() string {
-	if c.Scenario == "baseline" || c.Scenario == "reaction" || c.Scenario == "vnf" { // no baseline measures the same
+	if c.Scenario == "baseline" || judges[c.Scenario].NoBaseline {
 		return ""
 	}
 	b := Case{Scenario: "baseline", Dataplane: "bare", Placement: "intra", Protocol: c.Protocol, MTU: c.MTU, Nodes: c.Nodes}

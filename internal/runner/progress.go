@@ -42,7 +42,7 @@ func trialSeconds(c result.CaseSpec, d int) float64 {
 		if d <= 0 {
 			return 0 // no warm-up trial
 		}
-		return sc.Info().TrialSeconds(d)
+		return sc.Info().TrialSeconds(c.Case, d)
 	}
 	s := float64(d)
 	switch c.Case.Protocol {

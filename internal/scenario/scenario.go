@@ -60,10 +60,14 @@ type Info struct {
 	// Check rejects a case whose parameters do not fit together (nil: any case is fine); the
 	// CLI reports it as bad input before building anything.
 	Check func(c result.Case) error
-	// TrialSeconds estimates how long one trial of a case with trials of durationS seconds
+	// Primary is the metric a case is judged by, when not the protocol's (result.Case.Primary).
+	Primary func(c result.Case) string
+	// NoBaseline: no baseline case measures what the scenario does (result.Case.BaselineID).
+	NoBaseline bool
+	// TrialSeconds estimates how long one trial of case c with trials of durationS seconds
 	// takes, for a scenario whose trial is more than one run of its tool (nil: durationS and
 	// the tool's own overhead).
-	TrialSeconds func(durationS int) float64
+	TrialSeconds func(c result.Case, durationS int) float64
 	// Exclusive says that a case's fixture cannot share its cluster with other fixtures: it
 	// changes the data plane for every pod (NetworkPolicies selecting by role) or takes a
 	// node's own ports (host-network servers). nil: fixtures share.
@@ -103,6 +107,8 @@ func Register(s Scenario) {
 		panic("scenario: " + s.Name() + " registered twice")
 	}
 	registry[s.Name()] = s
+	info := s.Info()
+	result.RegisterScenario(s.Name(), result.Judge{Primary: info.Primary, NoBaseline: info.NoBaseline})
 }
 
 // Get returns a scenario by name.

@@ -50,6 +50,11 @@ const vnfPort = pktengine.GTPPort
 type vnfKind struct {
 	name, summary string
 	argv          func(self, to string) []string
+	// ready is the line the command prints once it forwards ("": it does from its start).
+	ready string
+	// unsupported are phrases of its error output that mean the pod cannot run this kind (no
+	// privilege for it): the case is then skipped with that output, not failed.
+	unsupported []string
 }
 
 var vnfKinds = map[string]vnfKind{}
@@ -78,6 +83,43 @@ func init() {
 	registerVNF(vnfKind{name: "userspace",
 		summary: "seed 002's VNF: a single-threaded user-space UDP forwarder, one system call per datagram each way (cnibench pkt fwd)",
 		argv:    fwdArgv})
+	registerVNF(vnfKind{name: "kernel",
+		summary: "the kernel forwards: IPv4 forwarding and stateless NAT rules in the pod (nftables; cnibench pkt knf) send each datagram on to the receiver from the pod's address; needs CAP_NET_ADMIN in the pod",
+		argv: func(self, to string) []string {
+			return []string{self, "pkt", "knf", "--port", strconv.Itoa(vnfPort), "--to", to}
+		},
+		ready:       pktengine.KnfReadyLine,
+		unsupported: []string{"CAP_NET_ADMIN", "/proc/sys is read-only", "neither nft nor iptables-restore"}})
+	registerVNF(vnfKind{name: "xdp",
+		summary: "an XDP program on the pod's interface (generic mode, through a bpf_link) rewrites each datagram for the pod's address towards the receiver and sends it back out with XDP_TX (cnibench pkt xfwd); needs CAP_NET_ADMIN and CAP_BPF in the pod",
+		argv: func(self, to string) []string {
+			return []string{self, "pkt", "xfwd", "--port", strconv.Itoa(vnfPort), "--to", to}
+		},
+		ready:       pktengine.XfwdReadyLine,
+		unsupported: []string{"CAP_NET_ADMIN", "CAP_BPF"}})
+}
+
+// waitReady waits until a VNF process says it forwards (kinds with a ready line). Output that
+// says the pod may not run the kind makes the case unsupported.
+func (k vnfKind) waitReady(ctx context.Context, proc cluster.Process) error {
+	if k.ready == "" {
+		return nil
+	}
+	for deadline := time.Now().Add(readyWait); ; time.Sleep(20 * time.Millisecond) {
+		out := proc.Output()
+		if bytes.Contains(out, []byte(k.ready)) {
+			return nil
+		}
+		text := excerptLines(strings.TrimSpace(string(out)), 3)
+		for _, u := range k.unsupported {
+			if bytes.Contains(out, []byte(u)) {
+				return cluster.Unsupported("this cluster's pods cannot run it: %s", text)
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("not ready after %s: %s", readyWait, text)
+		}
+	}
 }
 
 // fwdArgv runs the user-space UDP forwarder on vnfPort to the targets in to ("IP:port", or
@@ -94,8 +136,9 @@ const vnfSplit = "split"
 // pkt fwd` with every replica as a target, taken in turn), as seed 002's Ingress (an nginx
 // UDP stream proxy) is.
 const (
-	vnfService = "service"
-	vnfIngress = "ingress"
+	vnfService       = "service"
+	vnfIngress       = "ingress"
+	vnfIngressRemote = "ingress-remote" // the ingress pod on the other node
 )
 
 func (vnf) Info() Info {
@@ -107,22 +150,32 @@ func (vnf) Info() Info {
 		Placements:       []string{"intra", "inter", vnfSplit},
 		Protocols:        []string{string(pktengine.GTPU), string(pktengine.UDP)},
 		DefaultProtocols: []string{string(pktengine.GTPU)},
-		Params:           []string{"replicas", "proxy", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb"},
+		Params:           []string{"replicas", "proxy", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb", "search", "noisy", "noisy-cpu-limit"},
 		Tool:             driver.PktTool,
 		DefaultStrs:      map[string][]string{"vnf": {"userspace"}, "cpu-isolation": {"shared"}, "lb": {vnfService}},
 		DefaultInts:      map[string][]int{"frame-size": {256}},
 		// The generator runs flat out during a search: nothing else may share the nodes.
 		Exclusive: func(result.Case) bool { return true },
-		// A trial is a search: on this kind of host about 30 runs of the packet engine, a
-		// third of them at the full duration, each with half a second of starting and stopping
-		// (searches with 3 s final trials took 47-84 s, 33 runs on average).
-		TrialSeconds: func(d int) float64 { return 20*float64(d) + 10 },
+		// The first goal's rate: the no-drop rate (a ramp's maximum feasible throughput).
+		Primary:    func(c result.Case) string { return vnfSearchOf(c).metric(0) + "_pps" },
+		NoBaseline: true,
+		// A trial is a search (vnfSearches).
+		TrialSeconds: func(c result.Case, d int) float64 { return vnfSearchOf(c).seconds(d) },
 		Check: func(c result.Case) error {
 			if _, err := pktengine.ParseSize(strconv.Itoa(c.FrameSize), pktengine.Mode(c.Protocol)); err != nil {
 				return fmt.Errorf("frame-size %d: %v", c.FrameSize, err)
 			}
 			if c.Replicas > 16 {
 				return fmt.Errorf("replicas %d: the vnf scenario runs 1..16 VNF replicas", c.Replicas)
+			}
+			if _, ok := vnfSearches[c.Search]; !ok && c.Search != "" {
+				return fmt.Errorf("unknown search %q (valid: %s)", c.Search, strings.Join(VNFSearches(), ", "))
+			}
+			if c.NoisyCPULimit > 0 && c.Noisy == 0 {
+				return fmt.Errorf("noisy-cpu-limit %d with no noisy pods: set noisy too (a case with noisy 0 takes no limit)", c.NoisyCPULimit)
+			}
+			if err := (cluster.CPU{LimitMilli: c.NoisyCPULimit}).Check(); err != nil {
+				return fmt.Errorf("noisy-cpu-limit: %v", err)
 			}
 			return vnfCPU(c).Check()
 		},
@@ -136,7 +189,6 @@ func vnfCPU(c result.Case) cluster.CPU {
 
 // vnfFixture is the pods, the Service and the VNF processes of one case.
 type vnfFixture struct {
-	trialFrame
 	cl        cluster.Cluster
 	c         result.Case
 	self      string
@@ -147,7 +199,9 @@ type vnfFixture struct {
 	maxRate   float64 // the search's highest rate
 	genMax    float64 // what the generator offered on its own at set-up
 	procs     []cluster.Process
+	vnfCmd    []string // a replica's command line
 	pods      []string
+	noisy     []string // the noisy neighbours' pods
 	service   string
 	// last is the packet engine's outcome of each search trial, by rate and duration.
 	last map[trialKey]pktOutcome
@@ -218,7 +272,6 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 		f.pods = append(f.pods, p.Name)
 	}
 	f.gen, f.recv = pods[0], pods[1]
-	f.trialFrame = trialFrame{cl: cl, client: f.gen, clientCPU: opt.CPUs[0]}
 	if !vnfCPU(c).Exclusive {
 		// Exclusive CPUs take the host's highest ones and move every other pod off them: the
 		// generator and the receiver then share what is left, unpinned.
@@ -226,9 +279,16 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 	}
 	to := net.JoinHostPort(f.recv.IP, strconv.Itoa(vnfPort))
 	vnfs := pods[2:]
-	if c.LB == vnfIngress {
+	if c.LB == vnfIngress || c.LB == vnfIngressRemote {
 		// The ingress: the generator's frames go to it, and it to the replicas in turn.
-		ing, err := cl.CreatePods(ctx, []cluster.PodSpec{{Name: objName(opt, "ingress"), Node: nodes[0].Name, Labels: fixtureLabels(opt, "ingress"),
+		node := nodes[0].Name
+		if c.LB == vnfIngressRemote {
+			if len(nodes) < 2 {
+				return nil, cluster.Unsupported("lb %s puts the ingress on a second node, cluster has %d", c.LB, len(nodes))
+			}
+			node = nodes[1].Name
+		}
+		ing, err := cl.CreatePods(ctx, []cluster.PodSpec{{Name: objName(opt, "ingress"), Node: node, Labels: fixtureLabels(opt, "ingress"),
 			Ports: []cluster.ContainerPort{{Name: "gtpu", Port: vnfPort, Protocol: "udp"}}}})
 		if err != nil {
 			return nil, err
@@ -267,22 +327,88 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 			return nil, fmt.Errorf("start VNF %s in %s: %w", c.VNF, p.Name, err)
 		}
 		f.procs = append(f.procs, proc)
-		f.serverCmd = argv
+		f.vnfCmd = argv
+		if err := kind.waitReady(ctx, proc); err != nil {
+			return nil, fmt.Errorf("VNF %s in %s: %w", c.VNF, p.Name, err)
+		}
 	}
-	// What the generator offers flat out to the load balancer: the search stays below. On one
-	// host the generator's CPU also pays for the path its frames take from its pod (the
-	// Service's NAT, an overlay's encapsulation), so this is measured on that path.
+	if err := f.createNoisy(ctx, opt, vnfs); err != nil {
+		return nil, err
+	}
+	if len(f.noisy) == 0 {
+		if err := f.calibrate(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// calibrate measures what the generator offers flat out to the load balancer: the search
+// stays below. On one host the generator's CPU also pays for the path its frames take from
+// its pod (the Service's NAT, an overlay's encapsulation), so this is measured on that path;
+// with noisy neighbours, at the start of each trial with them running (they take CPU from the
+// generator too).
+func (f *vnfFixture) calibrate(ctx context.Context) error {
 	o, err := f.run(ctx, f.vip, 0, time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("generator calibration: %w", err)
+		return fmt.Errorf("generator calibration: %w", err)
 	}
 	f.genMax = o.gen.AchievedPPS
 	f.maxRate = 0.95 * f.genMax
 	if f.maxRate < 2*vnfMinRate {
-		return nil, fmt.Errorf("generator calibration: it offered %.0f pps alone, too little to search", f.genMax)
+		return fmt.Errorf("generator calibration: it offered %.0f pps alone, too little to search", f.genMax)
 	}
-	return f, nil
+	return nil
 }
+
+// createNoisy creates the pods of the case's noisy neighbours (seed 002's "local
+// calculation"): c.Noisy pods, each with c.NoisyCPULimit millicores (0: no limit), spread over
+// the nodes the VNF replicas stand on. Their CPU-bound loops run during the case's trials only
+// (startNoisy): a run keeps every case's fixture standing, and one case's neighbours must not
+// load another's trials.
+func (f *vnfFixture) createNoisy(ctx context.Context, opt Options, vnfs []cluster.Pod) error {
+	if f.c.Noisy == 0 {
+		return nil
+	}
+	var specs []cluster.PodSpec
+	for i := 0; i < f.c.Noisy; i++ {
+		specs = append(specs, cluster.PodSpec{Name: objName(opt, fmt.Sprintf("noisy%d", i)), Node: vnfs[i%len(vnfs)].Node,
+			Labels: fixtureLabels(opt, "noisy"), CPU: cluster.CPU{LimitMilli: f.c.NoisyCPULimit}})
+	}
+	pods, err := f.cl.CreatePods(ctx, specs)
+	if err != nil {
+		return fmt.Errorf("noisy neighbours: %w", err)
+	}
+	for _, p := range pods {
+		f.pods = append(f.pods, p.Name)
+		f.noisy = append(f.noisy, p.Name)
+	}
+	return nil
+}
+
+// startNoisy starts one CPU-bound loop in each noisy pod; the stop function ends them.
+func (f *vnfFixture) startNoisy(ctx context.Context) (stop func() error, err error) {
+	var procs []cluster.Process
+	stop = func() error {
+		var errs []error
+		for _, p := range procs {
+			errs = append(errs, p.Stop())
+		}
+		procs = nil
+		return errors.Join(errs...)
+	}
+	for _, pod := range f.noisy {
+		proc, err := f.cl.Start(ctx, pod, noisyArgv, cluster.Ready{})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("noisy neighbour %s: %w", pod, err), stop())
+		}
+		procs = append(procs, proc)
+	}
+	return stop, nil
+}
+
+// noisyArgv is a noisy neighbour's program: a shell loop that never sleeps.
+var noisyArgv = []string{driver.BusyboxPath, "sh", "-c", "while :; do :; done"}
 
 // checkExclusive makes sure exclusive CPUs were granted: no VNF replica may run on a CPU the
 // generator may run on (as `cat /proc/self/status` in the pods says). A kubelet without the
@@ -338,6 +464,13 @@ func cpuSetString(cpus map[int]bool) string {
 	return cluster.FormatCPUList(l)
 }
 
+// vnfFlows is how many outer UDP flows (source ports) the generator's frames take in turn. A
+// Service picks an endpoint per flow (kube-proxy: at random, once per conntrack entry), so a
+// single flow would reach one replica whatever their number; with 256 the busiest of 5
+// replicas gets about 23 % of the frames (20 % would be even). Seed 002's replicas shared the
+// traffic through kube-proxy the same way. The ingress takes frames in turn, whatever the flow.
+const vnfFlows = 256
+
 // vnfMinRate is the lowest rate searched (packets/s).
 const vnfMinRate = 1000
 
@@ -365,7 +498,7 @@ func (f *vnfFixture) run(ctx context.Context, dst string, rate float64, d time.D
 		time.Sleep(20 * time.Millisecond)
 	}
 	argv := driver.PktGenCommand(driver.PktGenSpec{Binary: f.self, Dst: dst, Mode: f.c.Protocol, Size: strconv.Itoa(f.c.FrameSize),
-		RatePPS: rate, DurationS: d.Seconds(), CPU: f.genCPU})
+		RatePPS: rate, DurationS: d.Seconds(), Flows: vnfFlows, CPU: f.genCPU})
 	tctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
 	res, err := f.cl.Exec(tctx, f.gen.Name, argv)
@@ -410,33 +543,44 @@ func (f *vnfFixture) Measure(ctx context.Context, rate float64, d time.Duration)
 
 func (f *vnfFixture) Trial(ctx context.Context, durationS int) (Measurement, error) {
 	final := time.Duration(durationS) * time.Second
-	cfg := search.Config{MinRate: vnfMinRate, MaxRate: f.maxRate, InitialDuration: min(time.Second, final), FinalDuration: final}
+	srch := vnfSearchOf(f.c)
 	clear(f.last)
 	f.short = 0
+	if len(f.noisy) > 0 {
+		stop, err := f.startNoisy(ctx)
+		if err != nil {
+			return Measurement{}, err
+		}
+		defer stop()
+		if err := f.calibrate(ctx); err != nil {
+			return Measurement{}, err
+		}
+	}
 	before, cpuErr := f.cl.NodeCPU(ctx, f.gen.Node)
-	res, err := search.MLR(ctx, f, cfg)
+	res, err := srch.run(ctx, f, f.maxRate, final)
 	after, cpuErr2 := f.cl.NodeCPU(ctx, f.gen.Node)
 	raw, _ := json.Marshal(res)
 	client := driver.PktGenCommand(driver.PktGenSpec{Binary: f.self, Dst: f.vip, Mode: f.c.Protocol, Size: strconv.Itoa(f.c.FrameSize),
-		RatePPS: -1, DurationS: final.Seconds(), CPU: f.genCPU})
+		RatePPS: -1, DurationS: final.Seconds(), Flows: vnfFlows, CPU: f.genCPU})
 	client[slices.Index(client, "--rate")+1] = "RATE" // each trial of the search has its own
 	if err != nil {
-		return Measurement{Raw: raw}, fmt.Errorf("NDR/PDR search: %w", err)
+		return Measurement{Raw: raw}, fmt.Errorf("%s search: %w", srch.name, err)
 	}
-	m := f.metrics(res, final)
+	m := f.metrics(srch, res, final)
 	if cpuErr == nil && cpuErr2 == nil {
 		busy, sirq := cluster.Busy(before, after)
 		m["cpu_node_busy_pct"], m["cpu_node_softirq_pct"] = busy, sirq
 		m["cpu_node_steal_pct"] = cluster.StealPct(before, after)
 	}
-	return Measurement{Metrics: m, Raw: raw, Server: f.serverCmd, Client: client}, nil
+	return Measurement{Metrics: m, Raw: raw, Server: f.vnfCmd, Client: client}, nil
 }
 
-// metrics are a search's figures: the NDR and PDR (the lower bounds, in packets and in frame
-// bits per second, FCS included), the precision reached, the search's cost, the generator's
-// own rate, and of the final trial at the NDR the probes' one-way latency and the frames the
+// metrics are a search's figures: each goal's rate (the NDR and PDR, or the ramp's maximum
+// feasible throughput: the lower bounds, in packets and in frame bits per second, FCS
+// included), the precision reached, the search's cost, the generator's own rate, and of the
+// final trial at the first goal (the NDR) the probes' one-way latency and the frames the
 // receiver's ring dropped.
-func (f *vnfFixture) metrics(r search.Result, final time.Duration) map[string]float64 {
+func (f *vnfFixture) metrics(srch vnfSearch, r search.Result, final time.Duration) map[string]float64 {
 	m := map[string]float64{
 		"search_trials_count": float64(len(r.Trials)),
 		"search_trial_time_s": r.TrialTime.Seconds(),
@@ -445,15 +589,12 @@ func (f *vnfFixture) metrics(r search.Result, final time.Duration) map[string]fl
 		// Trials the generator could not offer fully (their missing frames count as lost).
 		"generator_short_trials_count": float64(f.short),
 	}
-	for _, g := range r.Goals {
-		name := "pdr"
-		if g.Target == 0 {
-			name = "ndr"
-		}
+	for i, g := range r.Goals {
+		name := srch.metric(g.Target)
 		m[name+"_pps"] = g.Lower
 		m[name+"_bps"] = g.Lower * float64(f.c.FrameSize) * 8
 		m[name+"_relative_width"] = g.Width
-		if o, ok := f.last[trialKey{g.Lower, final}]; ok && g.Target == 0 {
+		if o, ok := f.last[trialKey{g.Lower, final}]; ok && i == 0 {
 			if l := o.recv.Latency; l.Count > 0 {
 				m["latency_p50_us"], m["latency_p99_us"], m["latency_max_us"] = l.P50, l.P99, l.Max
 			}

@@ -2,10 +2,12 @@ package scenario_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/cluster/clustertest"
@@ -208,4 +210,188 @@ func TestVNFExclusiveCPUsChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = f.Close(context.Background())
+}
+
+// The other searches through the same simulated VNFs (3 x 40,000 pps): binary finds the NDR
+// and PDR within the width goal with every trial at the final duration; the ramp (seed 002)
+// finds the maximum feasible throughput within its 5 % step, named as the seed names it.
+func TestVNFSearches(t *testing.T) {
+	for _, s := range []string{"binary", "ramp"} {
+		t.Run(s, func(t *testing.T) {
+			fc := clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}, VNFCapacity: 40_000})
+			c := vnfCase("intra", 3, 0, "shared")
+			c.Search = s
+			c.ID = c.MakeID()
+			if !strings.Contains(c.ID, "/search="+s+"/") {
+				t.Errorf("id %s does not name the search", c.ID)
+			}
+			f := mustSetUp(t, fc, c)
+			m := mustTrial(t, f)
+			closeEmpty(t, fc, f)
+			var raw struct {
+				Method string `json:"method"`
+				Trials []struct {
+					D int64 `json:"duration_ns"`
+				} `json:"trials"`
+			}
+			if err := json.Unmarshal(m.Raw, &raw); err != nil {
+				t.Fatal(err)
+			}
+			if raw.Method != s || len(raw.Trials) != int(m.Metrics["search_trials_count"]) {
+				t.Errorf("raw method %q, %d trials; metrics %v", raw.Method, len(raw.Trials), m.Metrics)
+			}
+			for _, tr := range raw.Trials {
+				if tr.D != int64(time.Second) {
+					t.Errorf("%s trial of %d ns, want all at the final 1 s", s, tr.D)
+				}
+			}
+			switch s {
+			case "binary":
+				if ndr := m.Metrics["ndr_pps"]; ndr > 120_000*1.0001 || ndr < 120_000*(1-0.005) {
+					t.Errorf("NDR %.1f, want 120,000 within 0.5 %%", ndr)
+				}
+			case "ramp":
+				// The highest step losing under 1 %: 120,000/0.99 is where loss reaches 1 %.
+				mf := m.Metrics["max_feasible_pps"]
+				if top := 120_000 / 0.99; mf > top || mf < top/1.05 {
+					t.Errorf("max feasible %.1f, want within a 5 %% step under %.1f", mf, top)
+				}
+				if w := m.Metrics["max_feasible_relative_width"]; w < 0.04 || w > 0.05 || m.Metrics["latency_p50_us"] != 100 {
+					t.Errorf("metrics %v", m.Metrics)
+				}
+				if _, ok := m.Metrics["ndr_pps"]; ok {
+					t.Errorf("a ramp reports no NDR: %v", m.Metrics)
+				}
+			}
+		})
+	}
+}
+
+// Noisy neighbours: CPU-bound pods with the case's CPU limit stand on the VNFs' nodes, each
+// running its loop, and go with the fixture; an ingress-remote stands on the other node.
+func TestVNFNoisyAndRemoteIngress(t *testing.T) {
+	rec := &podRecorder{Fake: clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}})}
+	c := vnfCase("split", 2, 0, "shared")
+	c.Noisy, c.NoisyCPULimit, c.LB = 3, 250, "ingress-remote"
+	c.ID = c.MakeID()
+	if !strings.Contains(c.ID, "/lb=ingress-remote") || !strings.Contains(c.ID, "/noisy=3/ncpu=250") {
+		t.Errorf("id %s", c.ID)
+	}
+	f := mustSetUp(t, rec, c)
+	nodes := map[string]string{}
+	for _, s := range rec.specs {
+		nodes[s.Name] = s.Node
+		if strings.HasPrefix(s.Name, "noisy") && s.CPU != (cluster.CPU{LimitMilli: 250}) {
+			t.Errorf("noisy pod %s: CPU %+v", s.Name, s.CPU)
+		}
+	}
+	if nodes["noisy0"] != "node0" || nodes["noisy1"] != "node1" || nodes["noisy2"] != "node0" || nodes["noisy3"] != "" || nodes["ingress"] != "node1" {
+		t.Errorf("pods on %v: want the noisy ones beside vnf0 (node0) and vnf1 (node1) in turn, the ingress on node1", nodes)
+	}
+	loops := func() (n int) {
+		for _, s := range rec.Starts() {
+			if strings.HasPrefix(s.Pod, "noisy") && slices.Contains(s.Cmd, "while :; do :; done") {
+				n++
+			}
+		}
+		return n
+	}
+	// The loops run during the case's own trials only: a run keeps every case's fixture
+	// standing, and one case's noise must not load another's trials. The generator is
+	// calibrated with them running.
+	if n := loops(); n != 0 {
+		t.Errorf("%d noisy loops running after set-up", n)
+	}
+	mustTrial(t, f)
+	if n := loops(); n != 3 {
+		t.Errorf("%d noisy loops started in a trial: %v", n, rec.Starts())
+	}
+	for _, l := range rec.Leftovers() {
+		if strings.Contains(l, "in noisy") {
+			t.Errorf("after the trial: %s", l)
+		}
+	}
+	h := rec.History()
+	firstLoop, firstGen := -1, -1
+	for i, l := range h {
+		if firstLoop < 0 && strings.HasPrefix(l, "start noisy") {
+			firstLoop = i
+		}
+		if firstGen < 0 && strings.HasPrefix(l, "exec gen") {
+			firstGen = i
+		}
+	}
+	if firstLoop < 0 || firstGen < firstLoop {
+		t.Errorf("the generator ran (calibration) before the noise: %v", h)
+	}
+	closeEmpty(t, rec.Fake, f)
+
+	sc, _ := scenario.Get("vnf")
+	for _, c := range []struct {
+		mod  func(*result.Case)
+		want string
+	}{
+		{func(c *result.Case) { c.NoisyCPULimit = 250 }, "with no noisy pods"},
+		{func(c *result.Case) { c.Search = "golden" }, `unknown search "golden"`},
+	} {
+		cs := vnfCase("intra", 1, 0, "shared")
+		c.mod(&cs)
+		if err := sc.Info().Check(cs); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", cs, err, c.want)
+		}
+	}
+	// One node: the remote ingress is skipped with the reason, leaving nothing.
+	one := clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}, Nodes: []cluster.Node{{Name: "node0", IP: "172.30.0.10"}}})
+	c = vnfCase("intra", 1, 0, "shared")
+	c.LB = "ingress-remote"
+	if _, err := setUpOn(t, one, c); !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "second node") {
+		t.Errorf("remote ingress on one node: %v", err)
+	}
+	one.AssertEmpty(t)
+}
+
+// The kernel VNFs (kernel: NAT rules, xdp: an XDP program): each replica runs `pkt knf` or
+// `pkt xfwd` to the receiver and the case goes on once it
+// says it forwards; in pods without CAP_NET_ADMIN (an unprivileged Kubernetes pod) the case
+// is skipped with the pod's own words, and nothing of it is left.
+func TestVNFKernelKinds(t *testing.T) {
+	for _, kind := range []struct{ name, verb string }{{"kernel", "knf"}, {"xdp", "xfwd"}} {
+		t.Run(kind.name, func(t *testing.T) { testVNFKernelKind(t, kind.name, kind.verb) })
+	}
+}
+
+func testVNFKernelKind(t *testing.T, name, verb string) {
+	fc := clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}, VNFCapacity: 40_000})
+	c := vnfCase("intra", 2, 0, "shared")
+	c.VNF = name
+	c.ID = c.MakeID()
+	f := mustSetUp(t, fc, c)
+	m := mustTrial(t, f)
+	if ndr := m.Metrics["ndr_pps"]; ndr > 80_000*1.0001 || ndr < 80_000*(1-0.005) {
+		t.Errorf("NDR %.1f through 2 kernel VNFs of 40,000 pps, want 80,000", ndr)
+	}
+	pods := map[string]cluster.Pod{}
+	for _, p := range fc.Pods() {
+		pods[p.Name] = p
+	}
+	knf := 0
+	for _, s := range fc.Starts() {
+		if slices.Contains(s.Cmd, verb) {
+			knf++
+			if !slices.Contains(s.Cmd, pods["recv"].IP+":2152") || !strings.HasPrefix(s.Pod, "vnf") {
+				t.Errorf("kernel VNF %v in %s", s.Cmd, s.Pod)
+			}
+		}
+	}
+	if knf != 2 || !slices.Contains(m.Server, verb) {
+		t.Errorf("%d kernel VNFs started; server command %v", knf, m.Server)
+	}
+	closeEmpty(t, fc, f)
+
+	no := clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}, NoNetAdmin: true})
+	_, err := setUpOn(t, no, c)
+	if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "CAP_NET_ADMIN") {
+		t.Errorf("without CAP_NET_ADMIN: %v", err)
+	}
+	no.AssertEmpty(t)
 }

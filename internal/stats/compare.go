@@ -10,10 +10,11 @@ import (
 //   - "baseline": a pod result against its baseline (Case.BaselineID), when the run has it;
 //   - "baseline-p99": the same for the P99 latency (latency_p99_us) of request/response cases,
 //     whose primary metric is their rate (the tail is what a chain or a proxy adds);
-//   - "dataplane", "proxy", "policy", "nf": a case against the first case of the run that measures
+//   - "dataplane", "proxy", "policy", "nf", "vnf": a case against the first case of the run that measures
 //     the same thing (same CompareKey) on another variant, named by the part that differs;
 //   - "scale": a case against the least loaded case (Case.Load) of the run that differs from
-//     it only in scale (services, policies, pods, replicas, chain length, rules);
+//     it only in scale (services, policies, pods, replicas, chain length, rules, noisy
+//     neighbours);
 //   - "copy": a later copy of a case against its first (an A/A pair: they should not differ).
 //
 // Only ok trials count (the last record of a trial number wins, as in Aggregate);
@@ -101,7 +102,7 @@ const p99 = "latency_p99_us"
 // policies, silent pods or replicas, and the variant it ran on.
 func unscaled(c result.Case) string {
 	u := c
-	u.Services, u.Policies, u.Pods, u.Replicas, u.ChainLength, u.Rules = 0, 0, 0, 0, 0, 0
+	u.Services, u.Policies, u.Pods, u.Replicas, u.ChainLength, u.Rules, u.Noisy, u.NoisyCPULimit = 0, 0, 0, 0, 0, 0, 0, 0
 	return u.MakeID() + " " + c.Variant()
 }
 
@@ -120,6 +121,8 @@ func variantKind(c, ref result.Case) string {
 		return "proxy"
 	case c.NF != ref.NF:
 		return "nf"
+	case c.VNF != ref.VNF:
+		return "vnf"
 	}
 	return "policy"
 }

@@ -103,3 +103,35 @@ func TestCompareBaselineP99(t *testing.T) {
 		t.Fatalf("P99 comparisons: %+v", p99)
 	}
 }
+
+// VNF cases: kinds of VNF are variants ("vnf"), noisy neighbours a scale against the case
+// without them, on the VNF's primary metric; VNF rates have no baseline.
+func TestCompareVNF(t *testing.T) {
+	// As internal/scenario registers the vnf scenario.
+	result.RegisterScenario("vnf", result.Judge{Primary: func(result.Case) string { return "ndr_pps" }, NoBaseline: true})
+	vnf := func(kind string, noisy, ncpu int) result.Case {
+		return labCase("vnf", "flannel", "intra", "gtpu", func(c *result.Case) {
+			c.VNF, c.CPUIsolation, c.LB, c.FrameSize, c.Noisy, c.NoisyCPULimit = kind, "shared", "service", 256, noisy, ncpu
+		})
+	}
+	cases := []result.Case{vnf("userspace", 0, 0), vnf("kernel", 0, 0), vnf("userspace", 4, 0), vnf("userspace", 4, 250)}
+	val := []float64{100, 150, 40, 80}
+	var trials []result.Trial
+	for k := 1; k <= 3; k++ {
+		for i, c := range cases {
+			trials = append(trials, result.Trial{Case: c, Trial: k, Status: "ok", Metrics: map[string]float64{"ndr_pps": val[i] + float64(k)}})
+		}
+	}
+	got := map[string]string{}
+	for _, c := range Compare(cases, trials) {
+		got[c.Case] = c.Kind + " vs " + c.Reference
+	}
+	want := map[string]string{
+		cases[1].ID: "vnf vs " + cases[0].ID,
+		cases[2].ID: "scale vs " + cases[0].ID,
+		cases[3].ID: "scale vs " + cases[0].ID,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("comparisons\n got %v\nwant %v", got, want)
+	}
+}

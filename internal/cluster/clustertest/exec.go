@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/pktengine"
 )
 
 // process is a command started in a pod: it "listens" on its Ready port until stopped.
@@ -35,8 +36,15 @@ func (p *process) Stop() error {
 func (p *process) Output() []byte {
 	p.f.mu.Lock()
 	defer p.f.mu.Unlock()
-	if isPkt(p.cmd, "recv") {
+	switch {
+	case isPkt(p.cmd, "recv"):
 		return p.f.pktRecvOutput(p.stopped)
+	case (isPkt(p.cmd, "knf") || isPkt(p.cmd, "xfwd")) && p.f.noNetAdmin:
+		return []byte("cnibench: needs the capability CAP_NET_ADMIN in its network namespace\n")
+	case isPkt(p.cmd, "knf"):
+		return []byte(pktengine.KnfReadyLine + "\n")
+	case isPkt(p.cmd, "xfwd"):
+		return []byte(pktengine.XfwdReadyLine + "\n")
 	}
 	return nil
 }

@@ -46,6 +46,9 @@ type Config struct {
 	// exclusive CPUs runs on CPU 1 and the others on CPU 0 (as `cat /proc/self/status` in
 	// the pod says).
 	NoExclusiveCPUs bool
+	// NoNetAdmin makes the pods lack CAP_NET_ADMIN: `cnibench pkt knf` says so and forwards
+	// nothing (an unprivileged Kubernetes pod).
+	NoNetAdmin bool
 	// NoNodePorts is why the cluster serves no NodePorts: NodePorts returns it as an
 	// unsupported error ("" = NodePorts are served; see cluster.NodePortChecker).
 	NoNodePorts string
@@ -105,6 +108,8 @@ type Fake struct {
 	// exclusive are the pods created with exclusive CPUs (see Config.NoExclusiveCPUs).
 	exclusive map[string]bool
 	noExcl    bool
+	// noNetAdmin: pods lack CAP_NET_ADMIN (Config.NoNetAdmin).
+	noNetAdmin bool
 
 	pktGenMax, vnfCapacity float64
 }
@@ -118,7 +123,8 @@ type service struct {
 // New returns a Fake set up by cfg.
 func New(cfg Config) *Fake {
 	f := &Fake{nodes: cfg.Nodes, programmed: cfg.Programmed, enforce: cfg.EnforcePolicies, fail: cfg.Fail, noNP: cfg.NoNodePorts,
-		cpu: map[string]cluster.CPUSample{}, podIPs: map[string]int{}, exclusive: map[string]bool{}, noExcl: cfg.NoExclusiveCPUs}
+		cpu: map[string]cluster.CPUSample{}, podIPs: map[string]int{}, exclusive: map[string]bool{}, noExcl: cfg.NoExclusiveCPUs,
+		noNetAdmin: cfg.NoNetAdmin}
 	if len(f.nodes) == 0 {
 		f.nodes = []cluster.Node{{Name: "node0", IP: "172.30.0.10"}, {Name: "node1", IP: "172.30.0.11"}}
 	}

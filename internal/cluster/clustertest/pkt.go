@@ -18,8 +18,9 @@ import (
 // receiver is at most Config.VNFCapacity packets/s per endpoint of the Service running a
 // `pkt fwd` (a device with a known loss curve); sent to a pod running a `pkt fwd` with
 // targets (an ingress), as much as its forwarding targets take, up to one forwarder's
-// capacity (it is one too); `cnibench pkt recv` says it is ready at once and, once stopped,
-// reports what the last generator run delivered.
+// capacity (it is one too); `cnibench pkt knf` and `pkt xfwd` forward as `pkt fwd` does, and say they are
+// ready (or, with Config.NoNetAdmin, that it may not); `cnibench pkt recv` says it is ready at
+// once and, once stopped, reports what the last generator run delivered.
 
 // Defaults of the simulated packet engine.
 const (
@@ -82,7 +83,7 @@ func (f *Fake) forwarder(ip string) *process {
 			continue
 		}
 		for _, pr := range f.procs {
-			if pr.pod == p.Name && !pr.stopped && isPkt(pr.cmd, "fwd") {
+			if pr.pod == p.Name && !pr.stopped && (isPkt(pr.cmd, "fwd") || (isPkt(pr.cmd, "knf") || isPkt(pr.cmd, "xfwd")) && !f.noNetAdmin) {
 				return pr
 			}
 		}

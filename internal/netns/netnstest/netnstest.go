@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -74,4 +75,16 @@ func NewPair(t testing.TB, suffix, dev [2]string, subnet netip.Prefix) Pair {
 		}
 	}
 	return p
+}
+
+// Eventually polls ok every 10 ms for up to d and says whether it held.
+func Eventually(d time.Duration, ok func() bool) bool {
+	for end := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if ok() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
 }

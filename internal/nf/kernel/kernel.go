@@ -136,10 +136,10 @@ func (routeKind) Dropped(ctx context.Context, run nf.PodRunner) (uint64, error) 
 	return ForwardDrops(out)
 }
 
-// savedRule is a rule line of `iptables-save -c`: its packet counter and the rule.
+// savedRule is a rule line of `iptables-save -c`: its counters and the rule.
 type savedRule struct {
-	packets uint64
-	rule    string // "-A CHAIN ..."
+	packets, bytes uint64
+	rule           string // "-A CHAIN ..."
 }
 
 // parseSave reads `iptables-save -c` output: the FORWARD chain's policy and packet counter
@@ -159,7 +159,7 @@ func parseSave(save []byte) (policy string, policyPackets uint64, found bool, ru
 				return "", 0, false, nil, fmt.Errorf("iptables-save: bad rule line %q: %v", line, err)
 			}
 			_, rule, _ := strings.Cut(line, "] ")
-			rules = append(rules, savedRule{packets: pk, rule: rule})
+			rules = append(rules, savedRule{packets: pk, bytes: by, rule: rule})
 		}
 	}
 	return policy, policyPackets, found, rules, nil
@@ -189,16 +189,23 @@ func ForwardDrops(save []byte) (uint64, error) {
 // RulePackets is the packet counter of the first rule of `iptables-save -c` output that
 // contains match (found false when none does).
 func RulePackets(save []byte, match string) (packets uint64, found bool, err error) {
+	packets, _, found, err = RuleCounters(save, match)
+	return packets, found, err
+}
+
+// RuleCounters are the packet and byte counters of the first rule of `iptables-save -c`
+// output that contains match (found false when none does).
+func RuleCounters(save []byte, match string) (packets, bytes uint64, found bool, err error) {
 	_, _, _, rules, err := parseSave(save)
 	if err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
 	for _, r := range rules {
 		if strings.Contains(r.rule, match) {
-			return r.packets, true, nil
+			return r.packets, r.bytes, true, nil
 		}
 	}
-	return 0, false, nil
+	return 0, 0, false, nil
 }
 
 // bridge joins In and Out in a Linux bridge "br0" (no address, no STP: ports forward at once).

@@ -63,6 +63,9 @@ func TestForwardDrops(t *testing.T) {
 	if _, ok, err := RulePackets(b, "--dport 9999"); err != nil || ok {
 		t.Fatalf("RulePackets of no rule: found %v, %v", ok, err)
 	}
+	if n, by, ok, err := RuleCounters(b, "-p tcp -m tcp --dport 5201 -j ACCEPT"); err != nil || !ok || n != 4 || by != 219 {
+		t.Fatalf("RuleCounters of the allowed TCP rule: %d packets, %d bytes, %v %v; want 4, 219", n, by, ok, err)
+	}
 }
 
 // TestRouteIPTablesInPod runs the pod form of route-iptables in a namespace with a PodRunner

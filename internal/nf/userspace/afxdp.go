@@ -2,10 +2,11 @@ package userspace
 
 // The userspace-afxdp kind: AF_XDP in copy mode (veth has no zero-copy support).
 //
-// Each interface gets its own copy of bpf/xsk_redirect.c (program and XSKMAP), attached in
-// driver mode (veth runs XDP natively, in its NAPI poll) through a bpf_link: the program is
-// detached when the link is closed, and so also when the process dies. It redirects every frame
-// to the socket of its receive queue. One socket per interface, bound to queue 0 with
+// The sockets, their rings and the XDP program are internal/xsk's. Each interface gets its own
+// copy of the program (bpf/xsk_redirect.c, with its XSKMAP), attached in driver mode (veth runs
+// XDP natively, in its NAPI poll) through a bpf_link: the program is detached when the link is
+// closed, and so also when the process dies. It redirects every frame to the socket of its
+// receive queue. One socket per interface, bound to queue 0 with
 // XDP_COPY|XDP_USE_NEED_WAKEUP; the second binds with XDP_SHARED_UMEM to the first one's UMEM
 // (its own fill and completion rings, as the kernel requires for another device), so a frame
 // received on one interface is sent from the other by handing the same UMEM address from the
@@ -37,15 +38,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
-	"unsafe"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/nf"
+	"github.com/cnibench/cnibench/internal/xsk"
 )
 
 type xdpKind struct{}
@@ -56,21 +55,8 @@ func (xdpKind) Summary() string {
 }
 func (xdpKind) Layer() nf.Layer { return nf.Transparent }
 
-// Usable needs AF_XDP sockets and the XDP program (with its XSKMAP) to load.
-func (xdpKind) Usable() error { return xdpUsable() }
-
-var xdpUsable = sync.OnceValue(func() error {
-	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("cannot open an AF_XDP socket (a kernel without CONFIG_XDP_SOCKETS, or no CAP_NET_RAW): %w", err)
-	}
-	unix.Close(fd)
-	var objs xskObjects
-	if err := loadXskObjects(&objs, nil); err != nil {
-		return fmt.Errorf("the XDP program redirecting to AF_XDP sockets does not load on this kernel: %w", err)
-	}
-	return objs.Close()
-})
+// Usable needs AF_XDP sockets and the XDP program (with its XSKMAP) to load and attach.
+func (xdpKind) Usable() error { return xsk.Usable() }
 
 const (
 	umemFrameSize = 4096
@@ -80,172 +66,12 @@ const (
 	xskKicks      = 16 // sendto calls per batch at most (copy mode sends a budget per call)
 )
 
-// xskRing is one of an AF_XDP socket's four rings. For the rings user space produces to (fill,
-// TX) local is the next producer index; for those it consumes (RX, completion), the next
-// consumer index.
-type xskRing struct {
-	mem               []byte
-	prod, cons, flags *uint32
-	descs             unsafe.Pointer
-	mask              uint32
-	local             uint32
-}
-
-func mapRing(fd int, off unix.XDPRingOffset, pgoff int64, entry uintptr, producer bool) (*xskRing, error) {
-	mem, err := unix.Mmap(fd, pgoff, int(off.Desc+uint64(xskRingSize)*uint64(entry)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		return nil, fmt.Errorf("mmap an AF_XDP ring: %w", err)
-	}
-	r := &xskRing{mem: mem, mask: xskRingSize - 1,
-		prod:  (*uint32)(unsafe.Pointer(&mem[off.Producer])),
-		cons:  (*uint32)(unsafe.Pointer(&mem[off.Consumer])),
-		flags: (*uint32)(unsafe.Pointer(&mem[off.Flags])),
-		descs: unsafe.Pointer(&mem[off.Desc])}
-	if producer {
-		r.local = atomic.LoadUint32(r.prod)
-	} else {
-		r.local = atomic.LoadUint32(r.cons)
-	}
-	return r, nil
-}
-
-func (r *xskRing) addr(i uint32) *uint64 {
-	return (*uint64)(unsafe.Add(r.descs, uintptr(i&r.mask)*8))
-}
-
-func (r *xskRing) desc(i uint32) *unix.XDPDesc {
-	return (*unix.XDPDesc)(unsafe.Add(r.descs, uintptr(i&r.mask)*unsafe.Sizeof(unix.XDPDesc{})))
-}
-
-// ready is how many entries a consumer ring holds for user space.
-func (r *xskRing) ready() uint32 { return atomic.LoadUint32(r.prod) - r.local }
-
-// release gives the entries consumed so far back to the kernel.
-func (r *xskRing) release() { atomic.StoreUint32(r.cons, r.local) }
-
-// submit publishes the entries produced so far to the kernel.
-func (r *xskRing) submit() { atomic.StoreUint32(r.prod, r.local) }
-
-// pending is whether the kernel has not consumed everything produced to this ring.
-func (r *xskRing) pending() bool { return atomic.LoadUint32(r.cons) != r.local }
-
-func (r *xskRing) needWakeup() bool { return atomic.LoadUint32(r.flags)&unix.XDP_RING_NEED_WAKEUP != 0 }
-
-// xsk is an AF_XDP socket and its rings.
-type xsk struct {
-	fd                  int
-	rx, tx, fill, compl *xskRing
-}
-
-func sockopt(fd, opt int, p unsafe.Pointer, size uintptr) error {
-	_, _, errno := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(opt), uintptr(p), size, 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
-}
-
-// newXSK opens an AF_XDP socket (inside the namespace), registers umem with it unless it is
-// nil (a socket that will share another's), and creates and maps its four rings.
-func newXSK(umem []byte) (_ *xsk, err error) {
-	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("AF_XDP socket: %w", err)
-	}
-	x := &xsk{fd: fd}
-	defer func() {
-		if err != nil {
-			_ = x.close()
-		}
-	}()
-	if umem != nil {
-		reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&umem[0]))), Len: uint64(len(umem)), Size: umemFrameSize}
-		if err := sockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
-			return nil, fmt.Errorf("register the UMEM: %w", err)
-		}
-	}
-	for _, opt := range []int{unix.XDP_UMEM_FILL_RING, unix.XDP_UMEM_COMPLETION_RING, unix.XDP_RX_RING, unix.XDP_TX_RING} {
-		if err := unix.SetsockoptInt(fd, unix.SOL_XDP, opt, xskRingSize); err != nil {
-			return nil, fmt.Errorf("AF_XDP ring %d: %w", opt, err)
-		}
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sndBufBytes); err != nil {
-		return nil, err
-	}
-	// Copy mode sends at most this many frames per sendto (a fixed 32 where the kernel lacks the
-	// option).
-	_ = unix.SetsockoptInt(fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, xskBatch)
-	var off unix.XDPMmapOffsets
-	size := uint32(unsafe.Sizeof(off))
-	if _, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS,
-		uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&size)), 0); errno != 0 {
-		return nil, fmt.Errorf("XDP_MMAP_OFFSETS: %w", errno)
-	}
-	desc, addr := unsafe.Sizeof(unix.XDPDesc{}), unsafe.Sizeof(uint64(0))
-	if x.rx, err = mapRing(fd, off.Rx, unix.XDP_PGOFF_RX_RING, desc, false); err != nil {
-		return nil, err
-	}
-	if x.tx, err = mapRing(fd, off.Tx, unix.XDP_PGOFF_TX_RING, desc, true); err != nil {
-		return nil, err
-	}
-	if x.fill, err = mapRing(fd, off.Fr, unix.XDP_UMEM_PGOFF_FILL_RING, addr, true); err != nil {
-		return nil, err
-	}
-	if x.compl, err = mapRing(fd, off.Cr, unix.XDP_UMEM_PGOFF_COMPLETION_RING, addr, false); err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-func (x *xsk) close() error {
-	var errs []error
-	for _, r := range []*xskRing{x.rx, x.tx, x.fill, x.compl} {
-		if r != nil {
-			errs = append(errs, unix.Munmap(r.mem))
-		}
-	}
-	x.rx, x.tx, x.fill, x.compl = nil, nil, nil, nil
-	if x.fd >= 0 {
-		errs = append(errs, unix.Close(x.fd))
-		x.fd = -1
-	}
-	return errors.Join(errs...)
-}
-
-// kick makes the kernel send what the TX ring holds (copy mode sends in this syscall).
-func (x *xsk) kick() error {
-	_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
-	switch errno {
-	case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.EINTR:
-		return nil // sent a budget, or busy: the caller kicks again
-	}
-	return errno
-}
-
-// wakeRX tells the kernel that the fill ring has frames again, when it asks for that.
-func (x *xsk) wakeRX() {
-	if x.fill.needWakeup() {
-		_, _, _ = unix.Syscall6(unix.SYS_RECVFROM, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
-	}
-}
-
-// statistics is the socket's XDP_STATISTICS.
-func (x *xsk) statistics() (unix.XDPStatistics, error) {
-	var st unix.XDPStatistics
-	size := uint32(unsafe.Sizeof(st))
-	if _, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(x.fd), unix.SOL_XDP, unix.XDP_STATISTICS,
-		uintptr(unsafe.Pointer(&st)), uintptr(unsafe.Pointer(&size)), 0); errno != 0 {
-		return st, errno
-	}
-	return st, nil
-}
-
 // xskDir forwards one direction: frames arriving in from's RX ring leave through to's TX ring.
 type xskDir struct {
 	w        *workers
 	rules    *nf.RuleSet
 	umem     []byte
-	from, to *xsk
+	from, to *xsk.Socket
 	c        counters
 	out      uint32 // frames handed to to's TX ring and not completed yet
 }
@@ -253,10 +79,10 @@ type xskDir struct {
 func (d *xskDir) run() {
 	for !d.w.stopped() {
 		d.reap()
-		rx := d.from.rx
-		n := min(rx.ready(), xskBatch)
+		rx := d.from.RX
+		n := min(rx.Ready(), xskBatch)
 		if n == 0 {
-			if d.to.tx.pending() {
+			if d.to.TX.Pending() {
 				d.kick()
 			}
 			timeout := -1
@@ -264,38 +90,38 @@ func (d *xskDir) run() {
 				timeout = 1 // completions to reap
 			}
 			d.c.waits.Add(1)
-			if err := d.w.waitReadable(d.from.fd, timeout); err != nil {
+			if err := d.w.waitReadable(d.from.FD, timeout); err != nil {
 				d.c.errors.Add(1)
 			}
 			continue
 		}
-		fill, tx := d.from.fill, d.to.tx
+		fill, tx := d.from.Fill, d.to.TX
 		var sent, denied uint64
 		for range n {
-			desc := *rx.desc(rx.local)
-			rx.local++
+			desc := *rx.Desc(rx.Local)
+			rx.Local++
 			end := desc.Addr + uint64(desc.Len)
 			if end > uint64(len(d.umem)) {
 				d.c.errors.Add(1) // not from the kernel; nothing to give back
 				continue
 			}
 			if allowed(d.rules, d.umem[desc.Addr:end]) {
-				*tx.desc(tx.local) = desc
-				tx.local++
+				*tx.Desc(tx.Local) = desc
+				tx.Local++
 				sent++
 				continue
 			}
 			denied++
-			*fill.addr(fill.local) = desc.Addr &^ (umemFrameSize - 1)
-			fill.local++
+			*fill.Addr(fill.Local) = desc.Addr &^ (umemFrameSize - 1)
+			fill.Local++
 		}
-		rx.release()
-		fill.submit()
+		rx.Release()
+		fill.Submit()
 		if denied > 0 {
-			d.from.wakeRX()
+			d.from.WakeRX()
 		}
 		if sent > 0 {
-			tx.submit()
+			tx.Submit()
 			d.out += uint32(sent)
 			d.kick()
 		}
@@ -307,9 +133,10 @@ func (d *xskDir) run() {
 
 // kick sends what the TX ring holds, a budget per sendto, reaping completions in between.
 func (d *xskDir) kick() {
-	for i := 0; i < xskKicks && d.to.tx.pending(); i++ {
+	for i := 0; i < xskKicks && d.to.TX.Pending(); i++ {
 		d.c.sends.Add(1)
-		if err := d.to.kick(); err != nil {
+		// EBUSY (the interface dropped a frame) and ENOBUFS: busy, kick again.
+		if err := d.to.Kick(); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOBUFS) {
 			d.c.errors.Add(1)
 			return
 		}
@@ -319,30 +146,29 @@ func (d *xskDir) kick() {
 
 // reap moves the frames the other socket has sent back to this direction's fill ring.
 func (d *xskDir) reap() {
-	c := d.to.compl
-	n := c.ready()
+	c := d.to.Completion
+	n := c.Ready()
 	if n == 0 {
 		return
 	}
-	fill := d.from.fill
+	fill := d.from.Fill
 	for range n {
-		*fill.addr(fill.local) = *c.addr(c.local) &^ (umemFrameSize - 1)
-		fill.local++
-		c.local++
+		*fill.Addr(fill.Local) = *c.Addr(c.Local) &^ (umemFrameSize - 1)
+		fill.Local++
+		c.Local++
 	}
-	c.release()
-	fill.submit()
+	c.Release()
+	fill.Submit()
 	d.out -= n
-	d.from.wakeRX()
+	d.from.WakeRX()
 }
 
 // xdpNF is a running userspace-afxdp NF.
 type xdpNF struct {
 	w     *workers
 	umem  []byte
-	socks []*xsk
-	objs  []*xskObjects
-	links []link.Link
+	socks []*xsk.Socket
+	progs []*xsk.Program
 	dirs  []*xskDir
 	undo  []func() error // give the peers their checksum offload back
 	once  sync.Once
@@ -375,55 +201,49 @@ func (xdpKind) Start(ctx context.Context, env nf.Env, rules nf.RuleSet) (_ nf.In
 	if x.w, err = newWorkers(); err != nil {
 		return nil, err
 	}
-	if x.umem, err = unix.Mmap(-1, 0, umemFrames*umemFrameSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE); err != nil {
-		return nil, fmt.Errorf("UMEM: %w", err)
+	if x.umem, err = xsk.NewUMEM(umemFrames, umemFrameSize); err != nil {
+		return nil, err
 	}
 	for range links {
-		objs := &xskObjects{}
-		if err := loadXskObjects(objs, nil); err != nil {
-			return nil, fmt.Errorf("load the XDP program: %w", err)
+		p, err := xsk.LoadProgram(false)
+		if err != nil {
+			return nil, err
 		}
-		x.objs = append(x.objs, objs)
+		x.progs = append(x.progs, p)
 	}
 	err = netns.Do(env.NS, func() error {
 		for i, l := range links {
-			if n, err := nf.RxQueues(l.name); err != nil {
+			if err := xsk.OneRxQueue(l.name); err != nil {
 				return err
-			} else if n != 1 {
-				return fmt.Errorf("%s has %d receive queues: userspace-afxdp serves one", l.name, n)
 			}
-			umem := x.umem
+			cfg := xsk.Config{UMEM: x.umem, FrameSize: umemFrameSize, SndBuf: sndBufBytes, TxBudget: xskBatch,
+				Rings: xsk.Rings{RX: xskRingSize, TX: xskRingSize, Fill: xskRingSize, Completion: xskRingSize}}
+			var shared *xsk.Socket
 			if i > 0 {
-				umem = nil // shares the first socket's
+				cfg.UMEM, shared = nil, x.socks[0] // shares the first socket's
 			}
-			s, err := newXSK(umem)
+			s, err := xsk.Open(cfg)
 			if err != nil {
 				return fmt.Errorf("%s: %w", l.name, err)
 			}
 			x.socks = append(x.socks, s)
-			sa := &unix.SockaddrXDP{Flags: unix.XDP_COPY | unix.XDP_USE_NEED_WAKEUP, Ifindex: uint32(l.index), QueueID: 0}
-			if i > 0 {
-				sa = &unix.SockaddrXDP{Flags: unix.XDP_SHARED_UMEM, Ifindex: uint32(l.index), QueueID: 0, SharedUmemFD: uint32(x.socks[0].fd)}
-			}
-			if err := unix.Bind(s.fd, sa); err != nil {
-				return fmt.Errorf("bind an AF_XDP socket to %s queue 0 (copy mode): %w", l.name, err)
+			if err := s.Bind(l.name, l.index, shared); err != nil {
+				return err
 			}
 			// This interface's frames live in this half of the UMEM.
 			for f := range xskRingSize {
-				*s.fill.addr(s.fill.local) = uint64(i*xskRingSize+f) * umemFrameSize
-				s.fill.local++
+				*s.Fill.Addr(s.Fill.Local) = uint64(i*xskRingSize+f) * umemFrameSize
+				s.Fill.Local++
 			}
-			s.fill.submit()
-			if err := x.objs[i].Xsks.Update(uint32(0), uint32(s.fd), ebpf.UpdateAny); err != nil {
-				return fmt.Errorf("%s: put the socket in the XSKMAP: %w", l.name, err)
+			s.Fill.Submit()
+			if err := x.progs[i].Put(0, s); err != nil {
+				return fmt.Errorf("%s: %w", l.name, err)
 			}
 		}
 		for i, l := range links {
-			lk, err := link.AttachXDP(link.XDPOptions{Program: x.objs[i].XskRedirect, Interface: l.index, Flags: link.XDPDriverMode})
-			if err != nil {
-				return fmt.Errorf("attach the XDP program to %s: %w", l.name, err)
+			if err := x.progs[i].Attach(l.name, l.index, link.XDPDriverMode); err != nil {
+				return err
 			}
-			x.links = append(x.links, lk)
 		}
 		return nil
 	})
@@ -454,11 +274,11 @@ func (x *xdpNF) Counts() [2]Counts {
 	var c [2]Counts
 	for i, d := range x.dirs {
 		c[i] = d.c.snapshot()
-		if st, err := d.from.statistics(); err == nil {
+		if st, err := d.from.Statistics(); err == nil {
 			c[i].Overruns = st.Rx_dropped + st.Rx_ring_full
 			c[i].Errors += st.Rx_invalid_descs
 		}
-		if st, err := d.to.statistics(); err == nil {
+		if st, err := d.to.Statistics(); err == nil {
 			c[i].Errors += st.Tx_invalid_descs
 		}
 	}
@@ -471,20 +291,20 @@ func (x *xdpNF) Counts() [2]Counts {
 func (x *xdpNF) Close() error {
 	x.once.Do(func() {
 		var errs []error
-		for _, l := range x.links {
-			errs = append(errs, l.Close())
+		for _, p := range x.progs {
+			errs = append(errs, p.Detach())
 		}
 		if x.w != nil {
 			errs = append(errs, x.w.close())
 		}
 		for i := len(x.socks) - 1; i >= 0; i-- {
-			errs = append(errs, x.socks[i].close())
+			errs = append(errs, x.socks[i].Close())
 		}
-		for _, o := range x.objs {
-			errs = append(errs, o.Close())
+		for _, p := range x.progs {
+			errs = append(errs, p.Close())
 		}
 		if x.umem != nil {
-			errs = append(errs, unix.Munmap(x.umem))
+			errs = append(errs, xsk.FreeUMEM(x.umem))
 		}
 		for _, undo := range x.undo {
 			errs = append(errs, undo())

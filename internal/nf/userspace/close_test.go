@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 	"github.com/cnibench/cnibench/internal/nf"
 	"github.com/cnibench/cnibench/internal/nf/nftest"
 )
@@ -69,17 +70,6 @@ func peerChecksums(t *testing.T, env nf.Env) []bool {
 		out = append(out, on)
 	}
 	return out
-}
-
-func eventually(d time.Duration, ok func() bool) bool {
-	for end := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
-		if ok() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-	}
 }
 
 // TestCloseLeavesNothing starts each kind with its threads pinned, closes it while traffic
@@ -151,11 +141,11 @@ func TestCloseLeavesNothing(t *testing.T) {
 			if err := inst.Close(); err != nil {
 				t.Fatalf("second close: %v", err)
 			}
-			if !eventually(2*time.Second, func() bool { return runtime.NumGoroutine() <= baseG }) {
+			if !netnstest.Eventually(2*time.Second, func() bool { return runtime.NumGoroutine() <= baseG }) {
 				buf := make([]byte, 1<<20)
 				t.Fatalf("%d goroutines after Close, %d before Start:\n%s", runtime.NumGoroutine(), baseG, buf[:runtime.Stack(buf, true)])
 			}
-			if !eventually(2*time.Second, func() bool { return pinnedThreads(t, cpu) == baseT }) {
+			if !netnstest.Eventually(2*time.Second, func() bool { return pinnedThreads(t, cpu) == baseT }) {
 				tasks, _ := filepath.Glob("/proc/self/task/*")
 				for _, d := range tasks {
 					st, _ := os.ReadFile(d + "/status")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -109,92 +110,12 @@ func captureStderr(t *testing.T, fn func() int) (int, string) {
 	return code, <-got
 }
 
-// `pkt knf` run in a namespace: it says it is ready on stderr, forwards a datagram to its
-// target from its own address, and when --duration has passed prints its result as one JSON
-// object, its table gone.
-func TestPktKnfRuns(t *testing.T) {
-	p := netnstest.NewPair(t, [2]string{"c", "k"}, [2]string{"eth0", "eth0"}, netip.MustParsePrefix("10.254.1.0/24"))
-	var target *net.UDPConn
-	if err := netns.Do(p.NS[0], func() (err error) {
-		target, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 2153})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	root := newRoot()
-	var stdout bytes.Buffer
-	stderr := &cluster.LockedBuffer{}
-	root.SetOut(&stdout)
-	root.SetErr(stderr)
-	root.SetArgs([]string{"pkt", "knf", "--to", netip.AddrPortFrom(p.IP[0], 2153).String(), "--duration", "1500ms"})
-	done := make(chan error, 1)
-	go func() { done <- netns.Do(p.NS[1], root.Execute) }()
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(string(stderr.Bytes()), pktengine.KnfReadyLine); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q on stderr after 5 s: %q", pktengine.KnfReadyLine, string(stderr.Bytes()))
-		}
-	}
-	if err := netns.Do(p.NS[0], func() error {
-		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: p.IP[1].AsSlice(), Port: pktengine.GTPPort})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Write([]byte("through the kernel"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 64)
-	_ = target.SetReadDeadline(time.Now().Add(2 * time.Second))
-	n, from, err := target.ReadFromUDP(buf)
-	if err != nil || string(buf[:n]) != "through the kernel" || !from.IP.Equal(p.IP[1].AsSlice()) {
-		t.Errorf("at the target: %q from %v, %v; want the datagram from the VNF's address %s", buf[:n], from, err, p.IP[1])
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	var res pktengine.KnfResult
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil || strings.Count(stdout.String(), "\n") != 1 {
-		t.Fatalf("stdout %q is not one JSON object: %v", stdout.String(), err)
-	}
-	if res.Packets != 1 || res.Port != pktengine.GTPPort || len(res.To) != 1 || res.Rules != pktengine.KnfNFTables || res.DurationS < 1.4 {
-		t.Errorf("result %+v, want 1 datagram forwarded by nftables in 1.5 s", res)
-	}
-	if out, err := netns.Output(netns.Path(p.NS[1]), "nft", []string{"list", "tables"}, nil); err != nil || strings.Contains(string(out), pktengine.KnfTable) {
-		t.Errorf("nft list tables after the run: %q, %v", out, err)
-	}
-}
-
-// `pkt xfwd` run in a namespace: it says it is ready on stderr, its XDP program forwards a
-// datagram to its target from its own address, and when --duration has passed it prints its
-// result as one JSON object, the program gone from the interface.
-func TestPktXfwdRuns(t *testing.T) {
-	p := netnstest.NewPair(t, [2]string{"c", "x"}, [2]string{"eth0", "eth0"}, netip.MustParsePrefix("10.254.2.0/24"))
-	var target *net.UDPConn
-	if err := netns.Do(p.NS[0], func() (err error) {
-		target, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 2153})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	root := newRoot()
-	var stdout bytes.Buffer
-	stderr := &cluster.LockedBuffer{}
-	root.SetOut(&stdout)
-	root.SetErr(stderr)
-	root.SetArgs([]string{"pkt", "xfwd", "--to", netip.AddrPortFrom(p.IP[0], 2153).String(), "--duration", "1500ms"})
-	done := make(chan error, 1)
-	go func() { done <- netns.Do(p.NS[1], root.Execute) }()
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(string(stderr.Bytes()), pktengine.XfwdReadyLine); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q on stderr after 5 s: %q", pktengine.XfwdReadyLine, string(stderr.Bytes()))
-		}
-	}
-	xdp := func() bool {
-		h, err := netns.Netlink(p.NS[1])
+// `pkt knf` and `pkt xfwd` run in a namespace: each says it is ready on stderr, forwards a
+// datagram to its target from its own address, and when --duration has passed prints its
+// result as one JSON object, its rules (nftables table, XDP program) gone.
+func TestPktKernelForwardersRun(t *testing.T) {
+	xdpOn := func(ns string) bool {
+		h, err := netns.Netlink(ns)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,37 +126,82 @@ func TestPktXfwdRuns(t *testing.T) {
 		}
 		return lk.Attrs().Xdp != nil && lk.Attrs().Xdp.Attached
 	}
-	if !xdp() {
-		t.Error("no XDP program on the VNF's eth0 once it is ready")
-	}
-	if err := netns.Do(p.NS[0], func() error {
-		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: p.IP[1].AsSlice(), Port: pktengine.GTPPort})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Write([]byte("through XDP"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 64)
-	_ = target.SetReadDeadline(time.Now().Add(2 * time.Second))
-	n, from, err := target.ReadFromUDP(buf)
-	if err != nil || string(buf[:n]) != "through XDP" || !from.IP.Equal(p.IP[1].AsSlice()) {
-		t.Errorf("at the target: %q from %v, %v; want the datagram from the VNF's address %s", buf[:n], from, err, p.IP[1])
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	var res pktengine.XfwdResult
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil || strings.Count(stdout.String(), "\n") != 1 {
-		t.Fatalf("stdout %q is not one JSON object: %v", stdout.String(), err)
-	}
-	if res.Packets != 1 || len(res.PacketsTo) != 1 || res.PacketsTo[0] != 1 || res.Port != pktengine.GTPPort || len(res.To) != 1 || res.Mode != pktengine.XfwdGeneric || res.DurationS < 1.4 {
-		t.Errorf("result %+v, want 1 datagram forwarded in generic mode in 1.5 s", res)
-	}
-	if xdp() {
-		t.Error("the XDP program is still attached after pkt xfwd ended")
+	for i, c := range []struct {
+		verb, ready string
+		// check checks the result (stdout) and what is left in the VNF's namespace ns.
+		check func(t *testing.T, stdout []byte, ns string)
+	}{
+		{"knf", pktengine.KnfReadyLine, func(t *testing.T, stdout []byte, ns string) {
+			var res pktengine.KnfResult
+			if err := json.Unmarshal(stdout, &res); err != nil || res.Packets != 1 || res.Port != pktengine.GTPPort || len(res.To) != 1 || res.Rules != pktengine.KnfNFTables || res.DurationS < 1.4 {
+				t.Errorf("result %+v (%v), want 1 datagram forwarded by nftables in 1.5 s", res, err)
+			}
+			if out, err := netns.Output(netns.Path(ns), "nft", []string{"list", "tables"}, nil); err != nil || strings.Contains(string(out), pktengine.KnfTable) {
+				t.Errorf("nft list tables after the run: %q, %v", out, err)
+			}
+		}},
+		{"xfwd", pktengine.XfwdReadyLine, func(t *testing.T, stdout []byte, ns string) {
+			var res pktengine.XfwdResult
+			if err := json.Unmarshal(stdout, &res); err != nil || res.Packets != 1 || len(res.PacketsTo) != 1 || res.PacketsTo[0] != 1 || res.Port != pktengine.GTPPort ||
+				len(res.To) != 1 || res.Mode != pktengine.XfwdGeneric || res.DurationS < 1.4 {
+				t.Errorf("result %+v (%v), want 1 datagram forwarded in generic mode in 1.5 s", res, err)
+			}
+			if xdpOn(ns) {
+				t.Error("the XDP program is still attached after pkt xfwd ended")
+			}
+		}},
+	} {
+		t.Run(c.verb, func(t *testing.T) {
+			p := netnstest.NewPair(t, [2]string{"c", c.verb[:1]}, [2]string{"eth0", "eth0"}, netip.MustParsePrefix(fmt.Sprintf("10.254.%d.0/24", i+1)))
+			var target *net.UDPConn
+			if err := netns.Do(p.NS[0], func() (err error) {
+				target, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 2153})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			defer target.Close()
+			root := newRoot()
+			var stdout bytes.Buffer
+			stderr := &cluster.LockedBuffer{}
+			root.SetOut(&stdout)
+			root.SetErr(stderr)
+			root.SetArgs([]string{"pkt", c.verb, "--to", netip.AddrPortFrom(p.IP[0], 2153).String(), "--duration", "1500ms"})
+			done := make(chan error, 1)
+			go func() { done <- netns.Do(p.NS[1], root.Execute) }()
+			for deadline := time.Now().Add(5 * time.Second); !strings.Contains(string(stderr.Bytes()), c.ready); time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no %q on stderr after 5 s: %q", c.ready, string(stderr.Bytes()))
+				}
+			}
+			if c.verb == "xfwd" && !xdpOn(p.NS[1]) {
+				t.Error("no XDP program on the VNF's eth0 once it is ready")
+			}
+			msg := "through pkt " + c.verb
+			if err := netns.Do(p.NS[0], func() error {
+				conn, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: p.IP[1].AsSlice(), Port: pktengine.GTPPort})
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				_, err = conn.Write([]byte(msg))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 64)
+			_ = target.SetReadDeadline(time.Now().Add(2 * time.Second))
+			n, from, err := target.ReadFromUDP(buf)
+			if err != nil || string(buf[:n]) != msg || !from.IP.Equal(p.IP[1].AsSlice()) {
+				t.Errorf("at the target: %q from %v, %v; want the datagram from the VNF's address %s", buf[:n], from, err, p.IP[1])
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if strings.Count(stdout.String(), "\n") != 1 {
+				t.Fatalf("stdout %q is not one JSON object", stdout.String())
+			}
+			c.check(t, stdout.Bytes(), p.NS[1])
+		})
 	}
 }

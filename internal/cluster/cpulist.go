@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,4 +39,15 @@ func FormatCPUList(cpus []int) string {
 		parts[i] = strconv.Itoa(c)
 	}
 	return strings.Join(parts, ",")
+}
+
+// AllowedCPUs reads the CPUs a process may run on from its /proc/PID/status
+// (Cpus_allowed_list).
+func AllowedCPUs(status []byte) ([]int, error) {
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return ParseCPUList(strings.TrimSpace(v))
+		}
+	}
+	return nil, errors.New("no Cpus_allowed_list in the process status")
 }

@@ -82,6 +82,17 @@ func TestSysctlForbidden(t *testing.T) {
 	}
 }
 
+// A pod the kubelet rejects for want of CPU (Guaranteed pods of whole CPUs on a small node) is
+// a case the cluster cannot give, with the kubelet's words, not a failure.
+func TestOutOfCPU(t *testing.T) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "vnf2"}, Spec: corev1.PodSpec{NodeName: "node0"}, Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "OutOfcpu",
+		Message: "Pod was rejected: Node didn't have enough resource: cpu, requested: 1000, used: 2000, capacity: 2000"}}
+	_, err := podUp(p)
+	if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "node0 cannot give pod vnf2") || !strings.Contains(err.Error(), "capacity: 2000") {
+		t.Errorf("podUp: %v", err)
+	}
+}
+
 // TestPodRunner runs commands through the exec subresource (the fake exec server runs them
 // here): stdin reaches the command, and a non-zero exit is an error with its standard error.
 func TestPodRunner(t *testing.T) {

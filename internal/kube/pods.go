@@ -87,15 +87,19 @@ func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
 	return p
 }
 
+// burstableRequestDiv: a Burstable pod's CPU request is its limit over this.
+const burstableRequestDiv = 10
+
 // guaranteedMemory is the memory request and limit of a pod asking for exclusive CPUs: a pod
 // is Guaranteed only when every resource of every container has requests equal to limits.
 var guaranteedMemory = resource.MustParse("256Mi")
 
-// cpuResources are the container resources of a CPU request (cluster.CPU): a limit alone
-// makes a Burstable pod (Kubernetes sets the CPU request to the limit, but without memory
-// limits the pod is not Guaranteed); Exclusive makes it Guaranteed with whole CPUs (requests
-// = limits for CPU and memory), which a kubelet with the static CPU manager policy gives CPUs
-// of their own.
+// cpuResources are the container resources of a CPU request (cluster.CPU): a limit makes a
+// Burstable pod whose CPU request is a tenth of its limit (Kubernetes would set the request
+// to the limit, and then five pods of 1000m would not fit a 2-CPU node, where seed 002 ran
+// them on CPUs shared beyond their requests); Exclusive makes it Guaranteed with whole CPUs
+// (requests = limits for CPU and memory), which a kubelet with the static CPU manager policy
+// gives CPUs of their own.
 func cpuResources(req cluster.CPU) corev1.ResourceRequirements {
 	var r corev1.ResourceRequirements
 	switch {
@@ -105,6 +109,7 @@ func cpuResources(req cluster.CPU) corev1.ResourceRequirements {
 		r.Requests = corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: guaranteedMemory}
 	case req.LimitMilli > 0:
 		r.Limits = corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(int64(req.LimitMilli), resource.DecimalSI)}
+		r.Requests = corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(int64(max(req.LimitMilli/burstableRequestDiv, 1)), resource.DecimalSI)}
 	}
 	return r
 }
@@ -249,7 +254,8 @@ func (c *Cluster) createPods(ctx context.Context, specs []cluster.PodSpec, mod f
 	if err != nil {
 		_ = undoCreated(ctx, created, func(i int) string { return specs[i].Name }, func(ctx context.Context, names []string) error {
 			defer c.forget(names)
-			return c.deletePods(ctx, names, false)
+			// Wait until they are gone: the next case may create pods of the same names.
+			return c.deletePods(ctx, names, true)
 		})
 		if len(specs) == 1 {
 			return nil, fmt.Errorf("pod %s on %s: %w", specs[0].Name, specs[0].Node, err)
@@ -389,6 +395,10 @@ const sysctlForbidden = "SysctlForbidden"
 func podUp(p *corev1.Pod) (bool, error) {
 	switch p.Status.Phase {
 	case corev1.PodFailed, corev1.PodSucceeded:
+		if r := p.Status.Reason; r == "OutOfcpu" || r == "OutOfmemory" {
+			// The kubelet's admission: the node has not the resources the pod requests.
+			return false, cluster.Unsupported("node %s cannot give pod %s what it requests (%s)", p.Spec.NodeName, p.Name, strings.TrimSpace(r+": "+p.Status.Message))
+		}
 		if p.Status.Reason == sysctlForbidden {
 			// The kubelet refused the pod's sysctls: a setting of this cluster, not a failure.
 			return false, cluster.Unsupported("the kubelet of %s forbids the pod's sysctls (%s); allow them with the kubelet's --allowed-unsafe-sysctls (allowedUnsafeSysctls in its configuration)", p.Spec.NodeName, strings.TrimSpace(p.Status.Message))

@@ -62,7 +62,7 @@ func TestCPUResources(t *testing.T) {
 		t.Errorf("no request: %+v", r)
 	}
 	r := cpuResources(cluster.CPU{LimitMilli: 200})
-	if q := r.Limits[corev1.ResourceCPU]; q.MilliValue() != 200 || len(r.Limits) != 1 || r.Requests != nil {
+	if q, rq := r.Limits[corev1.ResourceCPU], r.Requests[corev1.ResourceCPU]; q.MilliValue() != 200 || len(r.Limits) != 1 || rq.MilliValue() != 20 || len(r.Requests) != 1 {
 		t.Errorf("200m limit: %+v", r)
 	}
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Resources: cpuResources(cluster.CPU{LimitMilli: 2000, Exclusive: true})}}}}

@@ -14,30 +14,29 @@ import (
 	"github.com/cnibench/cnibench/internal/cluster"
 )
 
-// allowedCPUs is the Cpus_allowed_list of a process (pid 0: a new one run in pod).
+// allowedCPUs is the Cpus_allowed_list of a process (pid 0: a new one run in pod), as a CPU
+// list ("2-3").
 func allowedCPUs(t *testing.T, l *Lab, pod string, pid int) string {
 	t.Helper()
+	var status []byte
 	if pid != 0 {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return statusField(string(b), "Cpus_allowed_list")
-	}
-	res, err := l.Exec(context.Background(), pod, []string{"cat", "/proc/self/status"})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("cat in %s: %v %s", pod, err, res.Stderr)
-	}
-	return statusField(string(res.Stdout), "Cpus_allowed_list")
-}
-
-func statusField(status, name string) string {
-	for _, line := range strings.Split(status, "\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			return strings.TrimSpace(v)
+		status = b
+	} else {
+		res, err := l.Exec(context.Background(), pod, []string{"cat", "/proc/self/status"})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("cat in %s: %v %s", pod, err, res.Stderr)
 		}
+		status = res.Stdout
 	}
-	return ""
+	cpus, err := cluster.AllowedCPUs(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cluster.FormatCPUList(cpus)
 }
 
 // cpuTime is a process's user+system time.

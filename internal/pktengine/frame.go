@@ -87,6 +87,10 @@ func IMIX(m Mode) []int {
 	return []int{s, 594, s, 594, s, s, 594, s, 594, s, s, 1518}
 }
 
+// FrameIPBytes is the IP packet a frame of size bytes (FCS included) carries: what the MTU of
+// the interface it leaves by must hold.
+func FrameIPBytes(size int) int { return size - FCSLen - ethLen }
+
 // ParseSize reads a frame size ("64".."1518", at least MinFrameSize(m)) or "imix", and returns
 // the repeating sequence of frame sizes to send.
 func ParseSize(s string, m Mode) ([]int, error) {

@@ -169,7 +169,7 @@ func Generate(ctx context.Context, e Engine, ifc Iface, cfg GenConfig) (GenResul
 	if err := cfg.Check(); err != nil {
 		return GenResult{}, err
 	}
-	if need := slices.Max(cfg.Sizes) - FCSLen - ethLen; need > ifc.MTU {
+	if need := FrameIPBytes(slices.Max(cfg.Sizes)); need > ifc.MTU {
 		return GenResult{}, fmt.Errorf("a frame of %d bytes carries %d bytes of IP, more than the MTU of %s (%d)",
 			slices.Max(cfg.Sizes), need, ifc.Name, ifc.MTU)
 	}

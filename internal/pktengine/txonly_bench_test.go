@@ -15,7 +15,7 @@ import (
 
 // BenchmarkTxOnly64 puts the generator next to DPDK's: 64-byte frames as fast as each can send,
 // from one core (CPU 0), out of the same veth end, one after the other in one run: cnibench's
-// AF_PACKET generator, then dpdk-testpmd's txonly mode through its net_af_packet and its
+// generator on each of its engines (AF_XDP, AF_PACKET), then dpdk-testpmd's txonly mode through its net_af_packet and its
 // net_af_xdp (copy mode here) drivers. Each rate is what the peer end received per second
 // (its interface counter), over txOnlySeconds; a driver testpmd lacks is reported, not faked.
 //
@@ -29,18 +29,24 @@ func BenchmarkTxOnly64(b *testing.B) {
 	defer closeSink()
 	testpmd, tpErr := exec.LookPath(dpdk.Testpmd)
 	for range b.N {
-		rx0 := rxPackets(b, p)
-		o := genOptions(UDP, "64", 0, txOnlySeconds*time.Second)
-		o.CPU = 0
-		o.Engine, o.Dst, o.SrcPort, o.DstPort = "af_packet", p.recvIP, GTPPort, GTPPort
-		var gen GenResult
-		err := netns.Do(p.gen, func() (err error) { gen, err = RunGen(b.Context(), o); return err })
-		if err != nil {
-			b.Fatal(err)
+		for _, engine := range EngineNames() {
+			if e, _ := Lookup(engine, RoleSend); e.Usable() != nil {
+				b.Logf("cnibench %s: skipped: %v", engine, e.Usable())
+				continue
+			}
+			rx0 := rxPackets(b, p)
+			o := genOptions(UDP, "64", 0, txOnlySeconds*time.Second)
+			o.CPU = 0
+			o.Engine, o.Dst, o.SrcPort, o.DstPort = engine, p.recvIP, GTPPort, GTPPort
+			var gen GenResult
+			err := netns.Do(p.gen, func() (err error) { gen, err = RunGen(b.Context(), o); return err })
+			if err != nil {
+				b.Fatal(err)
+			}
+			got := float64(rxPackets(b, p)-rx0) / gen.DurationS
+			b.ReportMetric(got, "cnibench_"+engine+"_pps")
+			b.Logf("cnibench pkt gen --engine %s (%s): %.0f pps sent, %.0f received by the peer", engine, gen.TX, gen.AchievedPPS, got)
 		}
-		got := float64(rxPackets(b, p)-rx0) / gen.DurationS
-		b.ReportMetric(got, "cnibench_af_packet_pps")
-		b.Logf("cnibench pkt gen (%s): %.0f pps sent, %.0f received by the peer", gen.TX, gen.AchievedPPS, got)
 		for _, drv := range []string{"net_af_packet0,iface=" + p.genDev, "net_af_xdp0,iface=" + p.genDev + ",start_queue=0,queue_count=1"} {
 			name := strings.SplitN(drv, "0,", 2)[0]
 			if tpErr != nil {

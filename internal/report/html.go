@@ -293,8 +293,8 @@ func (p *page) scenario(run int, id, name string, rs []result.CaseResult, s resu
 			for _, l := range sw.lines {
 				names = append(names, l.name)
 			}
-			p.f(`<figure class="chart" data-kind="sweep" data-run="%d" data-scenario="%s" data-dim="%s"><figcaption>%s vs %s, %s</figcaption>%s%s</figure>`,
-				run, esc(name), esc(sw.dim), esc(pm), esc(sw.dim), esc(sw.fixed), legend(names, p.col), lineChart(sw.xs, sw.dim, sw.lines, unitOf(pm), p.col))
+			p.f(`<figure class="chart" data-kind="sweep" data-run="%d" data-scenario="%s" data-dim="%s" data-metric="%s"><figcaption>%s vs %s, %s</figcaption>%s%s</figure>`,
+				run, esc(name), esc(sw.dim), esc(pm), esc(pm), esc(sw.dim), esc(sw.fixed), legend(names, p.col), lineChart(sw.xs, sw.dim, sw.lines, unitOf(pm), p.col))
 		}
 		p.s(`</div>`)
 	}

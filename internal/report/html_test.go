@@ -164,6 +164,35 @@ func TestHTMLSweepFollowsDims(t *testing.T) {
 	}
 }
 
+// TestHTMLSweepChartsMore: a scenario that charts a metric besides its primary one (a VNF's PDR
+// beside its NDR, over frame sizes) gets a sweep chart of each, one line per variant.
+func TestHTMLSweepChartsMore(t *testing.T) {
+	result.RegisterScenario("sweeptest", result.Judge{Primary: func(result.Case) string { return "ndr_pps" },
+		Charted: func(result.Case) []string { return []string{"pdr_pps"} }})
+	var rs []result.CaseResult
+	for _, dp := range []string{"flannel", "calico"} {
+		for _, size := range []int{64, 1518, 256} {
+			r := res("sweeptest", dp, "intra", "udp", "ndr_pps", 1e6/float64(size))
+			r.Metrics["pdr_pps"] = result.MetricSummary{N: 2, TrimmedMean: 2e6 / float64(size)}
+			r.Case.FrameSize = size
+			r.Case.ID = r.Case.MakeID()
+			rs = append(rs, r)
+		}
+	}
+	page := renderHTML(t, Run{Dir: "/out/r", Summary: result.Summary{Run: "r", Results: rs}})
+	got := map[string][]string{}
+	for _, f := range figures(page) {
+		if f.attrs["kind"] == "sweep" && f.attrs["dim"] == "frame_size" {
+			got[f.attrs["metric"]] = f.cases
+		}
+	}
+	want := []string{"sweeptest/flannel/intra/udp/size=64", "sweeptest/flannel/intra/udp/size=256", "sweeptest/flannel/intra/udp/size=1518",
+		"sweeptest/calico/intra/udp/size=64", "sweeptest/calico/intra/udp/size=256", "sweeptest/calico/intra/udp/size=1518"}
+	if len(got) != 2 || strings.Join(got["ndr_pps"], " ") != strings.Join(want, " ") || strings.Join(got["pdr_pps"], " ") != strings.Join(want, " ") {
+		t.Errorf("frame-size charts %v, want ndr_pps and pdr_pps over %v", got, want)
+	}
+}
+
 // TestHTMLComparison: several runs are matched by id without the data plane; the change is
 // marked only where the 95 % intervals do not overlap.
 func TestHTMLComparison(t *testing.T) {

@@ -114,9 +114,8 @@ type sweep struct {
 // other dimensions), one line per data plane variant. It reads the dimensions from
 // result.Case.Dims, so a new dimension gets its charts without report code.
 func sweeps(rs []result.CaseResult, run int) []sweep {
-	type key struct{ dim, fixed string }
 	var out []sweep
-	idx := map[key]int{}
+	idx := map[sweepKey]int{}
 	values := map[string]map[int]bool{}
 	for _, r := range rs {
 		if _, _, ok := headline(r); !ok {
@@ -139,38 +138,22 @@ func sweeps(rs []result.CaseResult, run int) []sweep {
 	}
 	for _, dim := range dims {
 		for _, r := range rs {
-			pm, m, ok := headline(r)
+			pm0, m0, ok := headline(r)
 			if !ok || r.Case.Copy > 1 {
 				continue
 			}
-			var v int
-			for _, d := range r.Case.Dims() {
-				if d.Name == dim {
-					v = d.Value
+			// The primary metric's chart, then one per further metric the scenario charts (a
+			// VNF's PDR beside its NDR).
+			for _, pm := range append([]string{pm0}, r.Case.Charted()...) {
+				m, ok := m0, true
+				if pm != pm0 {
+					m, ok = r.Metrics[pm]
 				}
+				if !ok || m.N == 0 {
+					continue
+				}
+				out = addSweepPoint(out, idx, sweepKey{dim, sweepFixed(r.Case, dim), pm}, r, m, run)
 			}
-			fixed := strings.TrimSpace(r.Case.Placement + " " + r.Case.Protocol + " " + scaleLabel(r.Case, dim))
-			k := key{dim, fixed}
-			i, ok := idx[k]
-			if !ok {
-				i = len(out)
-				idx[k] = i
-				out = append(out, sweep{dim: dim, metric: pm, fixed: fixed})
-			}
-			sw := &out[i]
-			xs := strconv.Itoa(v)
-			if !slices.Contains(sw.xs, xs) {
-				sw.xs = append(sw.xs, xs)
-			}
-			u := unitOf(pm)
-			p := point{x: xs, value: m.TrimmedMean / u.scale, lo: m.CI95Low / u.scale, hi: m.CI95High / u.scale, ci: m.N > 1,
-				caseID: r.Case.ID, run: run, tip: tip(r, pm, m)}
-			li := slices.IndexFunc(sw.lines, func(l line) bool { return l.name == r.Case.Variant() })
-			if li < 0 {
-				sw.lines = append(sw.lines, line{name: r.Case.Variant()})
-				li = len(sw.lines) - 1
-			}
-			sw.lines[li].points = append(sw.lines[li].points, p)
 		}
 	}
 	// A chart needs at least two x values; sort the x values and each line's points.
@@ -186,6 +169,46 @@ func sweeps(rs []result.CaseResult, run int) []sweep {
 		kept = append(kept, sw)
 	}
 	return kept
+}
+
+// sweepKey names a chart: its dimension, what it holds fixed and its metric.
+type sweepKey struct{ dim, fixed, metric string }
+
+// sweepFixed is what a chart of dimension dim through case c holds fixed.
+func sweepFixed(c result.Case, dim string) string {
+	return strings.TrimSpace(c.Placement + " " + c.Protocol + " " + scaleLabel(c, dim))
+}
+
+// addSweepPoint adds value m of r (metric k.metric) to the chart of key k (a new chart when
+// idx has none), on the line of r's variant.
+func addSweepPoint(out []sweep, idx map[sweepKey]int, k sweepKey, r result.CaseResult, m result.MetricSummary, run int) []sweep {
+	var v int
+	for _, d := range r.Case.Dims() {
+		if d.Name == k.dim {
+			v = d.Value
+		}
+	}
+	i, ok := idx[k]
+	if !ok {
+		i = len(out)
+		idx[k] = i
+		out = append(out, sweep{dim: k.dim, metric: k.metric, fixed: k.fixed})
+	}
+	sw := &out[i]
+	xs := strconv.Itoa(v)
+	if !slices.Contains(sw.xs, xs) {
+		sw.xs = append(sw.xs, xs)
+	}
+	u := unitOf(k.metric)
+	p := point{x: xs, value: m.TrimmedMean / u.scale, lo: m.CI95Low / u.scale, hi: m.CI95High / u.scale, ci: m.N > 1,
+		caseID: r.Case.ID, run: run, tip: tip(r, k.metric, m)}
+	li := slices.IndexFunc(sw.lines, func(l line) bool { return l.name == r.Case.Variant() })
+	if li < 0 {
+		sw.lines = append(sw.lines, line{name: r.Case.Variant()})
+		li = len(sw.lines) - 1
+	}
+	sw.lines[li].points = append(sw.lines[li].points, p)
+	return out
 }
 
 func atoi(s string) int { v, _ := strconv.Atoi(s); return v }

@@ -239,6 +239,17 @@ type Judge struct {
 	Primary func(Case) string
 	// NoBaseline: no baseline case measures what the scenario does (BaselineID is "").
 	NoBaseline bool
+	// Charted are metrics besides the primary one that reports chart in sweeps (nil: none).
+	Charted func(Case) []string
+}
+
+// Charted are the metrics besides Primary that reports chart against a swept dimension (a
+// VNF's PDR beside its NDR), as the case's scenario says.
+func (c Case) Charted() []string {
+	if j, ok := judges[c.Scenario]; ok && j.Charted != nil {
+		return j.Charted(c)
+	}
+	return nil
 }
 
 var judges = map[string]Judge{}

@@ -64,6 +64,8 @@ type Info struct {
 	Primary func(c result.Case) string
 	// NoBaseline: no baseline case measures what the scenario does (result.Case.BaselineID).
 	NoBaseline bool
+	// Charted are metrics besides the primary one that reports chart in sweeps (nil: none).
+	Charted func(c result.Case) []string
 	// TrialSeconds estimates how long one trial of case c with trials of durationS seconds
 	// takes, for a scenario whose trial is more than one run of its tool (nil: durationS and
 	// the tool's own overhead).
@@ -108,7 +110,7 @@ func Register(s Scenario) {
 	}
 	registry[s.Name()] = s
 	info := s.Info()
-	result.RegisterScenario(s.Name(), result.Judge{Primary: info.Primary, NoBaseline: info.NoBaseline})
+	result.RegisterScenario(s.Name(), result.Judge{Primary: info.Primary, NoBaseline: info.NoBaseline, Charted: info.Charted})
 }
 
 // Get returns a scenario by name.

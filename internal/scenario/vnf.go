@@ -157,7 +157,15 @@ func (vnf) Info() Info {
 		// The generator runs flat out during a search: nothing else may share the nodes.
 		Exclusive: func(result.Case) bool { return true },
 		// The first goal's rate: the no-drop rate (a ramp's maximum feasible throughput).
-		Primary:    func(c result.Case) string { return vnfSearchOf(c).metric(0) + "_pps" },
+		Primary: func(c result.Case) string { return vnfSearchOf(c).metric(0) + "_pps" },
+		// The PDR beside the NDR (a ramp has one rate only).
+		Charted: func(c result.Case) []string {
+			s := vnfSearchOf(c)
+			if pdr := s.metric(vnfPDRTarget) + "_pps"; pdr != s.metric(0)+"_pps" {
+				return []string{pdr}
+			}
+			return nil
+		},
 		NoBaseline: true,
 		// A trial is a search (vnfSearches).
 		TrialSeconds: func(c result.Case, d int) float64 { return vnfSearchOf(c).seconds(d) },
@@ -228,6 +236,10 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 	mode := pktengine.Mode(c.Protocol)
 	if _, err := pktengine.ParseMode(string(mode)); err != nil {
 		return nil, err
+	}
+	if mtu := cl.Facts().PodMTU; mtu > 0 && pktengine.FrameIPBytes(c.FrameSize) > mtu {
+		return nil, cluster.Unsupported("frame-size %d carries %d bytes of IP, more than the pods' MTU %d (the underlay's less the overlay's overhead): raise the underlay's MTU (lab: --mtu %d)",
+			c.FrameSize, pktengine.FrameIPBytes(c.FrameSize), mtu, result.DefaultMTU+pktengine.FrameIPBytes(c.FrameSize)-mtu)
 	}
 	self := cl.Facts().Self
 	if self == "" {
@@ -439,20 +451,15 @@ func (f *vnfFixture) allowedCPUs(ctx context.Context, pod string) (map[int]bool,
 	if err != nil {
 		return nil, fmt.Errorf("CPUs of pod %s: %w", pod, err)
 	}
-	for _, line := range strings.Split(string(res.Stdout), "\n") {
-		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
-			list, err := cluster.ParseCPUList(v)
-			if err != nil {
-				return nil, fmt.Errorf("CPUs of pod %s: %w", pod, err)
-			}
-			cpus := map[int]bool{}
-			for _, c := range list {
-				cpus[c] = true
-			}
-			return cpus, nil
-		}
+	list, err := cluster.AllowedCPUs(res.Stdout)
+	if err != nil {
+		return nil, fmt.Errorf("CPUs of pod %s: %w", pod, err)
 	}
-	return nil, fmt.Errorf("CPUs of pod %s: no Cpus_allowed_list in its /proc/self/status", pod)
+	cpus := map[int]bool{}
+	for _, c := range list {
+		cpus[c] = true
+	}
+	return cpus, nil
 }
 
 func cpuSetString(cpus map[int]bool) string {
@@ -470,6 +477,9 @@ func cpuSetString(cpus map[int]bool) string {
 // replicas gets about 23 % of the frames (20 % would be even). Seed 002's replicas shared the
 // traffic through kube-proxy the same way. The ingress takes frames in turn, whatever the flow.
 const vnfFlows = 256
+
+// vnfPDRTarget is the loss target of the partial-drop rate (search.Config's default).
+const vnfPDRTarget = 0.005
 
 // vnfMinRate is the lowest rate searched (packets/s).
 const vnfMinRate = 1000

@@ -395,3 +395,25 @@ func testVNFKernelKind(t *testing.T, name, verb string) {
 	}
 	no.AssertEmpty(t)
 }
+
+// A frame larger than the pods' MTU can carry (1518 bytes through an overlay's 1450) is a case
+// the data plane cannot run as set up: skipped, saying which underlay MTU would do, before any
+// pod is made.
+func TestVNFFrameOverMTU(t *testing.T) {
+	fc := clustertest.New(clustertest.Config{Facts: cluster.Facts{Backend: "fake", Dataplane: "fake", PodMTU: 1450, Self: fakeSelf}})
+	c := vnfCase("intra", 1, 0, "shared")
+	c.Protocol, c.FrameSize = "udp", 1518
+	c.ID = c.MakeID()
+	_, err := setUpOn(t, fc, c)
+	if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "1500 bytes of IP, more than the pods' MTU 1450") || !strings.Contains(err.Error(), "--mtu 1550") {
+		t.Errorf("1518-byte frames at MTU 1450: %v", err)
+	}
+	fc.AssertEmpty(t)
+	if h := fc.History(); len(h) != 0 {
+		t.Errorf("created %v", h)
+	}
+	c.FrameSize = 1280
+	c.ID = c.MakeID()
+	f := mustSetUp(t, fc, c)
+	closeEmpty(t, fc, f)
+}

@@ -1262,6 +1262,11 @@ func TestInfoCommands(t *testing.T) {
 		if f := row(r.stdout, "userspace"); len(f) < 2 || f[1] != "yes" || !strings.Contains(strings.Join(f, " "), "pkt fwd") {
 			t.Errorf("VNF kind row %v: want userspace, yes and what it is", f)
 		}
+		for _, k := range []struct{ name, what string }{{"kernel", "pkt knf"}, {"xdp", "pkt xfwd"}, {"ramp", "5 %"}, {"mlr", "MLRsearch"}, {"binary", "RFC 2544"}} {
+			if f := row(r.stdout, k.name); len(f) < 2 || f[1] != "yes" || !strings.Contains(strings.Join(f, " "), k.what) {
+				t.Errorf("VNF kind or search row %v: want %s, yes and %q", f, k.name, k.what)
+			}
+		}
 		if f := row(r.stdout, "p2p"); !slices.Contains(f, "yes") {
 			t.Errorf("p2p row %v: want yes", f)
 		}

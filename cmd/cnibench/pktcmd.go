@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/cnibench/cnibench/internal/pktengine"
 )
@@ -149,7 +150,7 @@ sees frames. Runs for --duration, or until SIGINT/SIGTERM, then prints one JSON 
 func newPktFwdCmd() *cobra.Command {
 	var (
 		o  pktengine.FwdOptions
-		to string
+		ff fwdFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "fwd --to IP:PORT[,IP:PORT..]",
@@ -163,37 +164,53 @@ its socket because it did not keep up.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.To, err = parseTargets(to, o.Port); err != nil {
+			if o.To, err = ff.targets(); err != nil {
 				return err
 			}
-			if o.Duration < 0 || o.RcvBuf < 0 {
-				return usagef("--duration and --rcvbuf must be >= 0")
+			if o.RcvBuf < 0 {
+				return usagef("--rcvbuf %d must be >= 0", o.RcvBuf)
 			}
 			return runPkt(cmd, "", o.CPU, func(ctx context.Context) (any, error) { return pktengine.RunFwd(ctx, o) })
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&to, "to", "", "IPv4 address:port to send every datagram to, or several, comma-separated, taken in turn (required)")
-	f.IntVar(&o.Port, "port", pktengine.GTPPort, "UDP port to receive on")
-	f.DurationVar(&o.Duration, "duration", 0, "how long to forward (0: until SIGINT/SIGTERM)")
+	ff.register(f, &o.Port, &o.Duration)
 	f.IntVar(&o.CPU, "cpu", -1, "pin the forwarder to this CPU (-1: no pinning)")
 	f.IntVar(&o.RcvBuf, "rcvbuf", 0, "receive socket buffer in bytes (0: the kernel's default)")
 	return cmd
 }
 
-// parseTargets parses a forwarder's --to (IPv4 address:port targets, comma-separated) and
-// checks its --port; errors are usage errors.
-func parseTargets(to string, port int) ([]netip.AddrPort, error) {
+// fwdFlags are the flags every forwarder (pkt fwd, knf, xfwd) has: its targets, the port it
+// forwards and how long it runs.
+type fwdFlags struct {
+	to       string
+	port     *int
+	duration *time.Duration
+}
+
+func (ff *fwdFlags) register(f *pflag.FlagSet, port *int, duration *time.Duration) {
+	ff.port, ff.duration = port, duration
+	f.StringVar(&ff.to, "to", "", "IPv4 address:port to send every datagram to, or several, comma-separated, taken in turn (required)")
+	f.IntVar(port, "port", pktengine.GTPPort, "UDP port whose datagrams are forwarded")
+	f.DurationVar(duration, "duration", 0, "how long to forward (0: until SIGINT/SIGTERM)")
+}
+
+// targets parses --to (IPv4 address:port targets, comma-separated) and checks --port and
+// --duration; errors are usage errors.
+func (ff *fwdFlags) targets() ([]netip.AddrPort, error) {
 	var out []netip.AddrPort
-	for _, t := range strings.Split(to, ",") {
+	for _, t := range strings.Split(ff.to, ",") {
 		ap, err := netip.ParseAddrPort(strings.TrimSpace(t))
 		if err != nil || !ap.Addr().Is4() || ap.Port() == 0 {
-			return nil, usagef("--to %q: give IPv4 address:port targets, comma-separated, e.g. 10.244.1.5:2152", to)
+			return nil, usagef("--to %q: give IPv4 address:port targets, comma-separated, e.g. 10.244.1.5:2152", ff.to)
 		}
 		out = append(out, ap)
 	}
-	if port < 1 || port > 65535 {
-		return nil, usagef("--port %d out of range (1..65535)", port)
+	if *ff.port < 1 || *ff.port > 65535 {
+		return nil, usagef("--port %d out of range (1..65535)", *ff.port)
+	}
+	if *ff.duration < 0 {
+		return nil, usagef("--duration %v must be >= 0 (0: until SIGINT/SIGTERM)", *ff.duration)
 	}
 	return out, nil
 }
@@ -201,7 +218,7 @@ func parseTargets(to string, port int) ([]netip.AddrPort, error) {
 func newPktKnfCmd() *cobra.Command {
 	var (
 		o  pktengine.KnfOptions
-		to string
+		ff fwdFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "knf --to IP:PORT[,IP:PORT..]",
@@ -218,11 +235,8 @@ back and prints one JSON object: the datagrams and bytes the rules forwarded, pe
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.To, err = parseTargets(to, o.Port); err != nil {
+			if o.To, err = ff.targets(); err != nil {
 				return err
-			}
-			if o.Duration < 0 {
-				return usagef("--duration %v must be >= 0 (0: until SIGINT/SIGTERM)", o.Duration)
 			}
 			if o.Rules != "" && o.Rules != pktengine.KnfNFTables && o.Rules != pktengine.KnfIPTables {
 				return usagef("--rules %q: want %s or %s (default: %s if nft is installed)", o.Rules, pktengine.KnfNFTables, pktengine.KnfIPTables, pktengine.KnfNFTables)
@@ -232,9 +246,7 @@ back and prints one JSON object: the datagrams and bytes the rules forwarded, pe
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&to, "to", "", "IPv4 address:port to send every datagram to, or several, comma-separated, taken in turn (required)")
-	f.IntVar(&o.Port, "port", pktengine.GTPPort, "UDP port whose datagrams are forwarded")
-	f.DurationVar(&o.Duration, "duration", 0, "how long to forward (0: until SIGINT/SIGTERM)")
+	ff.register(f, &o.Port, &o.Duration)
 	f.StringVar(&o.Rules, "rules", "", "nftables or iptables (default: nftables if nft is installed, else iptables)")
 	return cmd
 }
@@ -242,7 +254,7 @@ back and prints one JSON object: the datagrams and bytes the rules forwarded, pe
 func newPktXfwdCmd() *cobra.Command {
 	var (
 		o  pktengine.XfwdOptions
-		to string
+		ff fwdFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "xfwd --to IP:PORT[,IP:PORT..]",
@@ -262,11 +274,8 @@ bytes the program forwarded, per target too.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.To, err = parseTargets(to, o.Port); err != nil {
+			if o.To, err = ff.targets(); err != nil {
 				return err
-			}
-			if o.Duration < 0 {
-				return usagef("--duration %v must be >= 0 (0: until SIGINT/SIGTERM)", o.Duration)
 			}
 			if o.Mode != pktengine.XfwdGeneric && o.Mode != pktengine.XfwdNative {
 				return usagef("--mode %q: want %s or %s", o.Mode, pktengine.XfwdGeneric, pktengine.XfwdNative)
@@ -276,9 +285,7 @@ bytes the program forwarded, per target too.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&to, "to", "", "IPv4 address:port to send every datagram to, or several, comma-separated, taken in turn (required)")
-	f.IntVar(&o.Port, "port", pktengine.GTPPort, "UDP port whose datagrams are forwarded")
-	f.DurationVar(&o.Duration, "duration", 0, "how long to forward (0: until SIGINT/SIGTERM)")
+	ff.register(f, &o.Port, &o.Duration)
 	f.StringVar(&o.Dev, "dev", "", "interface to attach to (default: the only one other than loopback)")
 	f.StringVar(&o.Mode, "mode", pktengine.XfwdGeneric, "XDP mode: generic or native")
 	return cmd

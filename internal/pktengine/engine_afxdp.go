@@ -48,24 +48,18 @@ func (afXDP) Rank(Role) int { return afXDPRank }
 
 // afXDPRank puts af_xdp above af_packet for sending (af_packet: 10): it sends faster. It
 // receives as fast, but times the probes by its read, not the kernel's receive time, so
-// af_packet stays the receiver's default (its receive rank: 30). Measured
-// by BenchmarkEngines64 in one run (5 rounds, engines in alternating order, 2 s each, 64-byte
-// frames unlimited, sender on CPU 0, receiver on CPU 1, one veth pair; the 2-core host was
-// loaded by other jobs, load average 25 to 15, hence the spread):
+// af_packet stays the receiver's default (its receive rank: 30). Measured by
+// BenchmarkEngines64 in one run (`go test -run '^$' -bench Engines64 -benchtime 1x -v
+// ./internal/pktengine`: 5 rounds, engines in alternating order, 2 s each, 64-byte frames flat
+// out, sender on CPU 0, receiver on CPU 1, one veth pair; ratios paired by round):
 //
-//   - send, pps the peer received: af_packet 393,763 / 366,294 / 210,939 / 231,649 /
-//     284,029 (median 284,029), af_xdp 689,688 / 469,054 / 393,005 / 412,584 / 413,370
-//     (median 413,370); per-round ratio af_xdp/af_packet 1.752 / 1.281 / 1.863 / 1.781 /
-//     1.455, median 1.75, af_xdp ahead in every round;
+//   - send, pps the peer received: af_packet 447,609 / 443,980 / 441,594 / 443,378 / 448,485,
+//     af_xdp 732,320 / 735,066 / 714,653 / 718,760 / 720,627: af_xdp/af_packet 1.625
+//     [1.596, 1.655];
 //   - receive, from the af_packet generator: neither engine lost a frame or dropped one in its
-//     ring in any round; rx pps ratio af_xdp/af_packet 1.006 / 0.822 / 0.835 / 0.985 / 1.204,
-//     median 0.985 (both took what the generator sent: the generator is the limit); probes'
-//     p50 4.1 to 7.2 µs with af_packet (kernel receive time), 13.6 to 25.6 µs with af_xdp (time
-//     of the read: the receiver's wake-up is included).
-//
-// A second run (load average 8 to 5): send medians 362,557 and 507,863 pps, per-round ratios
-// 1.614 / 1.564 / 1.291 / 1.517 / 1.594 (median 1.56); receive: nothing lost or dropped, rx
-// pps ratios 1.094 / 0.897 / 1.019 / 0.867 / 0.949 (median 0.95), af_xdp p50 18.5 to 41.8 µs.
+//     ring; af_xdp/af_packet 1.001 [0.967, 1.036] (both took what the generator sent). The
+//     probes' p50 was 4.1 to 7.2 us with af_packet (kernel receive time), 13.6 to 41.8 us with
+//     af_xdp (time of the read: the receiver's wake-up is included) in the helper's runs.
 //
 // With a UMEM of 4096 RX frames instead of 16384, a loaded host made the af_xdp receiver drop
 // (rx_dropped: no free frame) in 4 rounds of 5; af_packet's ring holds ~100,000 64-byte frames.

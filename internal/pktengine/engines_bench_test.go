@@ -1,13 +1,11 @@
 package pktengine
 
 import (
-	"fmt"
-	"math"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/stats"
 )
 
 // BenchmarkEngines64 compares af_packet and af_xdp, paired by round, in one run on one veth
@@ -19,8 +17,8 @@ import (
 //   - receive: the af_packet generator into a receiver (CPU 1) with each engine, the rate it
 //     received (rx_pps), what it lost and its ring drops.
 //
-// Each round runs both engines, in alternating order; the ratios af_xdp/af_packet are per
-// round, summarised by their median.
+// Each round runs both engines, in alternating order; the ratio af_xdp/af_packet is paired by
+// round (stats.PairedRatio), with its 95 % interval.
 //
 //	go test -run '^$' -bench Engines64 -benchtime 1x ./internal/pktengine
 func BenchmarkEngines64(b *testing.B) {
@@ -69,56 +67,34 @@ func BenchmarkEngines64(b *testing.B) {
 		}
 	}
 	for i, e := range engines {
-		b.ReportMetric(median(tx[i]), "send_"+e+"_pps")
-		b.ReportMetric(median(rx[i]), "recv_"+e+"_pps")
+		b.ReportMetric(stats.Summarize(tx[i]).Median, "send_"+e+"_pps")
+		b.ReportMetric(stats.Summarize(rx[i]).Median, "recv_"+e+"_pps")
 		b.ReportMetric(float64(lost[i]), "recv_"+e+"_lost")
 		b.ReportMetric(float64(drops[i]), "recv_"+e+"_ring_drops")
 	}
-	b.ReportMetric(medianRatio(tx[1], tx[0]), "send_xdp/packet")
-	b.ReportMetric(medianRatio(rx[1], rx[0]), "recv_xdp/packet")
-	b.Logf("send pps af_packet %s, af_xdp %s; per-round ratio af_xdp/af_packet %s", fmtRates(tx[0]), fmtRates(tx[1]), fmtRatios(tx[1], tx[0]))
-	b.Logf("recv pps af_packet %s, af_xdp %s; per-round ratio af_xdp/af_packet %s", fmtRates(rx[0]), fmtRates(rx[1]), fmtRatios(rx[1], rx[0]))
+	// Paired by round, as the runner pairs cases (stats.PairedRatio: geometric mean of the
+	// per-round ratios with its 95 % interval).
+	for _, c := range []struct {
+		what string
+		v    [2][]float64
+	}{{"send", tx}, {"recv", rx}} {
+		r := stats.PairedRatio(byRound(c.v[1]), byRound(c.v[0]))
+		b.ReportMetric(r.Ratio, c.what+"_xdp/packet")
+		b.Logf("%s pps af_packet %.0f, af_xdp %.0f; af_xdp/af_packet %.3f [%.3f, %.3f] over %d rounds",
+			c.what, c.v[0], c.v[1], r.Ratio, r.CI95Low, r.CI95High, r.N)
+	}
+}
+
+// byRound keys each round's value by its round.
+func byRound(v []float64) map[int]float64 {
+	m := map[int]float64{}
+	for i, x := range v {
+		m[i] = x
+	}
+	return m
 }
 
 const (
 	enginesRounds  = 5
 	enginesSeconds = 2
 )
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := slices.Sorted(slices.Values(v))
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-}
-
-func ratios(a, b []float64) []float64 {
-	var r []float64
-	for i := range min(len(a), len(b)) {
-		r = append(r, a[i]/b[i])
-	}
-	return r
-}
-
-func medianRatio(a, b []float64) float64 { return median(ratios(a, b)) }
-
-func fmtRates(v []float64) string {
-	s := ""
-	for _, x := range v {
-		s += fmt.Sprintf(" %.0f", x)
-	}
-	return "[" + s[min(1, len(s)):] + "]"
-}
-
-func fmtRatios(a, b []float64) string {
-	s := ""
-	for _, x := range ratios(a, b) {
-		s += fmt.Sprintf(" %.3f", x)
-	}
-	return "[" + s[min(1, len(s)):] + "] median " + fmt.Sprintf("%.3f", medianRatio(a, b))
-}

@@ -348,32 +348,7 @@ func TestKnfChecksums(t *testing.T) {
 			conn := n.listen(t, 2155)[0]
 			stop := n.start(t, KnfOptions{Port: GTPPort, To: []netip.AddrPort{netip.AddrPortFrom(n.recvIP, 2155)}, Rules: rules})
 			csumErrs := snmp(t, n.recv, "Udp", "InCsumErrors")
-			recvd := make(chan int, 1)
-			go func() {
-				buf := make([]byte, 2048)
-				k := 0
-				for {
-					_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-					_, from, err := conn.ReadFromUDP(buf)
-					if err != nil {
-						break
-					}
-					if from.IP.Equal(n.knfIP.AsSlice()) {
-						k++
-					}
-				}
-				recvd <- k
-			}()
-			o := genOptions(UDP, "256", 5000, time.Second)
-			o.Engine, o.Dst, o.SrcPort, o.DstPort = "af_packet", n.knfIP, GTPPort, GTPPort
-			var gen GenResult
-			if err := netns.Do(n.gen, func() (err error) {
-				gen, err = RunGen(context.Background(), o)
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			got := <-recvd
+			sent, got := n.genThrough(t, conn)
 			if e := snmp(t, n.recv, "Udp", "InCsumErrors") - csumErrs; e != 0 {
 				t.Errorf("%d UDP checksum errors at the receiver", e)
 			}
@@ -382,13 +357,13 @@ func TestKnfChecksums(t *testing.T) {
 				flows = conntrackFlows(t, n.knf, n.recvIP)
 			}
 			res := stop()
-			t.Logf("generator sent %d, receiver got %d from the VNF, result %+v", gen.SentPackets, got, res)
-			if gen.SentPackets < 4000 || uint64(got) != gen.SentPackets {
-				t.Errorf("generator sent %d datagrams, the receiver got %d from the VNF", gen.SentPackets, got)
+			t.Logf("generator sent %d, receiver got %d from the VNF, result %+v", sent, got, res)
+			if sent < 4000 || uint64(got) != sent {
+				t.Errorf("generator sent %d datagrams, the receiver got %d from the VNF", sent, got)
 			}
 			wantNAT := map[string]string{KnfNFTables: "stateless", KnfIPTables: "conntrack"}[rules]
-			if res.Packets != gen.SentPackets || res.PacketsTo[0] != gen.SentPackets || res.Bytes != gen.SentPackets*(256-4-14) || res.Rules != rules || res.NAT != wantNAT {
-				t.Errorf("result %+v, want %d datagrams of %d IP bytes by %s (%s)", res, gen.SentPackets, 256-4-14, rules, wantNAT)
+			if res.Packets != sent || res.PacketsTo[0] != sent || res.Bytes != sent*uint64(FrameIPBytes(256)) || res.Rules != rules || res.NAT != wantNAT {
+				t.Errorf("result %+v, want %d datagrams of %d IP bytes by %s (%s)", res, sent, FrameIPBytes(256), rules, wantNAT)
 			}
 			n.gone(t, before)
 			if rules == KnfIPTables {
@@ -401,6 +376,38 @@ func TestKnfChecksums(t *testing.T) {
 			}
 		})
 	}
+}
+
+// genThrough sends 1 s of the packet engine's UDP frames (checksum 0) at 5,000 pps to the VNF's
+// port and returns what the generator sent and how many datagrams conn got from the VNF.
+func (n knfNet) genThrough(t *testing.T, conn *net.UDPConn) (sent uint64, got int) {
+	t.Helper()
+	recvd := make(chan int, 1)
+	go func() {
+		buf := make([]byte, 2048)
+		k := 0
+		for {
+			_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+			_, from, err := conn.ReadFromUDP(buf)
+			if err != nil {
+				break
+			}
+			if from.IP.Equal(n.knfIP.AsSlice()) {
+				k++
+			}
+		}
+		recvd <- k
+	}()
+	o := genOptions(UDP, "256", 5000, time.Second)
+	o.Engine, o.Dst, o.SrcPort, o.DstPort = "af_packet", n.knfIP, GTPPort, GTPPort
+	var gen GenResult
+	if err := netns.Do(n.gen, func() (err error) {
+		gen, err = RunGen(context.Background(), o)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return gen.SentPackets, <-recvd
 }
 
 // conntrackFlows counts the UDP flows in ns's conntrack table translated to target.

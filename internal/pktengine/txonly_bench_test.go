@@ -67,16 +67,19 @@ func BenchmarkTxOnly64(b *testing.B) {
 const txOnlySeconds = 3
 
 // rxPackets is the peer end's received-packets counter.
-func rxPackets(b *testing.B, p nsPair) uint64 {
-	b.Helper()
-	h, err := netns.Netlink(p.recv)
+func rxPackets(b *testing.B, p nsPair) uint64 { return linkRxPackets(b, p.recv, p.recvDev) }
+
+// linkRxPackets is what interface dev of namespace ns has received (its kernel counter).
+func linkRxPackets(tb testing.TB, ns, dev string) uint64 {
+	tb.Helper()
+	h, err := netns.Netlink(ns)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer h.Close()
-	l, err := h.LinkByName(p.recvDev)
+	l, err := h.LinkByName(dev)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return l.Attrs().Statistics.RxPackets
 }

@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/stats"
 )
 
 // TestVNFsCompare (run only when CNIBENCH_BENCH=vnfs: it loads the host flat out for 18 s)
-// compares the three forwarding VNFs, paired by round, in one run on newKnfNet's bridge: the
+// compares the three forwarding VNFs, paired by round (stats.PairedRatio), in one run on newKnfNet's bridge: the
 // generator (default engine, its sending thread on CPU 0) sends 64-byte UDP frames as fast as
 // it can for 2 s to the VNF's port, and the VNF (xfwd: XDP, generic mode; knf: nftables; fwd:
 // user space, its thread on CPU 1) sends them on to the receiver's port 2155, where a Sink
@@ -102,26 +103,10 @@ func TestVNFsCompare(t *testing.T) {
 		}
 	}
 	for _, v := range vnfs {
-		var ratios []float64
-		for i := range pps[v] {
-			ratios = append(ratios, pps[v][i]/pps["fwd"][i])
-		}
-		s := slices.Sorted(slices.Values(pps[v]))
-		t.Logf("%-4s: pps %.0f, median %.0f; per-round ratio to fwd %.2f", v, pps[v], s[len(s)/2], ratios)
+		r := stats.PairedRatio(byRound(pps[v]), byRound(pps["fwd"]))
+		t.Logf("%-4s: pps %.0f, median %.0f; to fwd, paired by round: %.2f [%.2f, %.2f]", v, pps[v], stats.Summarize(pps[v]).Median, r.Ratio, r.CI95Low, r.CI95High)
 	}
 }
 
 // rxPackets is what the receiver's eth0 has received.
-func (n knfNet) rxPackets(t *testing.T) uint64 {
-	t.Helper()
-	h, err := netns.Netlink(n.recv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	l, err := h.LinkByName("eth0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l.Attrs().Statistics.RxPackets
-}
+func (n knfNet) rxPackets(t *testing.T) uint64 { return linkRxPackets(t, n.recv, "eth0") }

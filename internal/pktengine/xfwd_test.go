@@ -141,38 +141,6 @@ func TestXfwdRoundRobin(t *testing.T) {
 	}
 }
 
-// xfwdGen sends 1 s of the packet engine's UDP frames (checksum 0) at 5,000 pps to the VNF's
-// port and returns what the generator sent and how many datagrams conn got from the VNF.
-func (n knfNet) xfwdGen(t *testing.T, conn *net.UDPConn) (sent uint64, got int) {
-	t.Helper()
-	recvd := make(chan int, 1)
-	go func() {
-		buf := make([]byte, 2048)
-		k := 0
-		for {
-			_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-			_, from, err := conn.ReadFromUDP(buf)
-			if err != nil {
-				break
-			}
-			if from.IP.Equal(n.knfIP.AsSlice()) {
-				k++
-			}
-		}
-		recvd <- k
-	}()
-	o := genOptions(UDP, "256", 5000, time.Second)
-	o.Engine, o.Dst, o.SrcPort, o.DstPort = "af_packet", n.knfIP, GTPPort, GTPPort
-	var gen GenResult
-	if err := netns.Do(n.gen, func() (err error) {
-		gen, err = RunGen(context.Background(), o)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return gen.SentPackets, <-recvd
-}
-
 // The packet engine's frames have a UDP checksum of 0 (none), which the program leaves so:
 // every datagram of a 1 s run at 5,000 pps reaches the target's socket on another port, with
 // no checksum error, and the counters say how many and how many bytes.
@@ -181,7 +149,7 @@ func TestXfwdChecksumZero(t *testing.T) {
 	conn := n.listen(t, 2155)[0]
 	stop := n.startXfwd(t, XfwdOptions{Port: GTPPort, To: []netip.AddrPort{netip.AddrPortFrom(n.recvIP, 2155)}})
 	csumErrs := snmp(t, n.recv, "Udp", "InCsumErrors")
-	sent, got := n.xfwdGen(t, conn)
+	sent, got := n.genThrough(t, conn)
 	if e := snmp(t, n.recv, "Udp", "InCsumErrors") - csumErrs; e != 0 {
 		t.Errorf("%d UDP checksum errors at the receiver", e)
 	}
@@ -232,7 +200,7 @@ func TestXfwdNative(t *testing.T) {
 			}
 			conn := n.listen(t, 2155)[0]
 			stop := n.startXfwd(t, XfwdOptions{Port: GTPPort, To: []netip.AddrPort{netip.AddrPortFrom(n.recvIP, 2155)}, Mode: XfwdNative})
-			sent, got := n.xfwdGen(t, conn)
+			sent, got := n.genThrough(t, conn)
 			res := stop()
 			t.Logf("peer %s: generator sent %d, receiver got %d from the VNF, result %+v", peer, sent, got, res)
 			if res.Mode != XfwdNative || res.Packets != sent || sent < 4000 {

@@ -50,6 +50,9 @@ bpf-check:
 # The whole suite, the real-cluster tests included (CNIBENCH_KUBE_E2E=1 makes a missing
 # Kubernetes binary a failure instead of a skip).
 test: build vet fmt-check test-deps bpf-check
+	@# Labs a killed earlier run left (owner gone) would fail the leftover checks of this one;
+	@# test clusters a killed run left are taken down by the next cluster's start.
+	$(BIN) lab clean
 	CNIBENCH_KUBE_E2E=1 CNIBENCH_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 -timeout 70m ./...
 	$(MAKE) --no-print-directory check-leftovers
 

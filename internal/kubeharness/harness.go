@@ -85,7 +85,7 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 		cfg.ProxyMode = "iptables"
 	}
 	if cfg.Dir == "" {
-		cfg.Dir = filepath.Join("/var/tmp/cnibench-kube", cfg.Prefix)
+		cfg.Dir = filepath.Join(Root, cfg.Prefix)
 	}
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"} {
 		if _, err := os.Stat(filepath.Join(cfg.Bin, b)); err != nil {
@@ -96,6 +96,11 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 		if _, err := exec.LookPath(t); err != nil {
 			return nil, fmt.Errorf("missing %s: install etcd-server containerd runc (scripts/install-deps.sh --kube)", t)
 		}
+	}
+	// A cluster killed mid-test (its maker gone) would hold the shared host paths and leave
+	// its sysctls to be recorded below as the host's own.
+	if _, err := CleanStale(cfg.Log); err != nil {
+		return nil, err
 	}
 	h = &Harness{cfg: cfg, restore: map[string]string{}}
 	for _, s := range hostSysctls {
@@ -118,6 +123,9 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 		}
 	}()
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return h, err
+	}
+	if err := h.writeRecords(); err != nil {
 		return h, err
 	}
 	if h.lab, err = lab.Up(ctx, lab.Config{Prefix: cfg.Prefix, Dataplane: "node2node", Nodes: 2}); err != nil {

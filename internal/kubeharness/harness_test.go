@@ -57,6 +57,11 @@ func upForTest(t *testing.T, mode string) (*Harness, string) {
 	if _, err := image.Build(img, image.Options{Self: bin}); err != nil {
 		t.Fatalf("tools image: %v", err)
 	}
+	// A cluster an interrupted earlier run left is taken down first (Up would do it, but
+	// after the host's state below is taken).
+	if _, err := CleanStale(testWriter{t}); err != nil {
+		t.Fatal(err)
+	}
 	before := hostState(t)
 	h, err := Up(context.Background(), Config{Prefix: prefix, Bin: binDir(), ProxyMode: mode, Image: img, Log: testWriter{t}})
 	if err != nil {

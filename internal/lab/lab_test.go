@@ -53,7 +53,7 @@ func TestUpRejectsBadInputWithoutTouchingHost(t *testing.T) {
 	before := Namespaces("")
 	for _, cfg := range []Config{
 		{Prefix: "cnbt0bad", Dataplane: "nope"},
-		{Prefix: "cnbt0bad", Dataplane: "antrea"},                                    // not built
+		{Prefix: "cnbt0bad", Dataplane: "antrea", Proxy: "ebpf"},                     // OVS reads the veth before tc
 		{Prefix: "cnbt0bad", Dataplane: "cilium", Proxy: "iptables", Policy: "ebpf"}, // parts that do not combine
 		{Prefix: "cnbt0bad", Dataplane: "flannel", MTU: 600},
 	} {

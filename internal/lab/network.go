@@ -135,7 +135,7 @@ func (l *Lab) plugNode(i int, n *node) error {
 // view is what the data-plane engines see of a node.
 func (l *Lab) view(n *node) dataplane.Node {
 	return dataplane.Node{Index: n.index, Name: n.name, NS: n.ns, Path: nsPath(n.ns), IP: n.ip, PodCIDR: n.podCIDR, Blocks: n.blocks(),
-		BPFDir: filepath.Join(l.StateDir(), "bpf-"+n.name), ClusterCIDR: l.clusterCIDR(), Cgroup: l.nodeCgroup(n),
+		BPFDir: filepath.Join(l.StateDir(), "bpf-"+n.name), Dir: filepath.Join(l.StateDir(), "node-"+n.name), PodMTU: l.PodMTU(), ClusterCIDR: l.clusterCIDR(), Cgroup: l.nodeCgroup(n),
 		Netlink: func(fn func(h *netlink.Handle) error) error { return withHandle(n.ns, fn) },
 		Sysctl:  func(key, value string) error { return writeSysctl(n.ns, key, value) }}
 }

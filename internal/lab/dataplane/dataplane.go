@@ -42,7 +42,11 @@ type Node struct {
 	IP    net.IP // underlay address
 	// BPFDir is where the node's eBPF objects are pinned: a bpf file system the engine that
 	// pins first mounts, removed with the lab.
-	BPFDir  string
+	BPFDir string
+	// Dir is a directory of the node's own for an engine's files (daemons' databases, sockets,
+	// logs), removed with the lab.
+	Dir     string
+	PodMTU  int        // the MTU of the pods' interfaces
 	PodCIDR *net.IPNet // the node's pod CIDR; its first address is the node's own on the overlay
 	// Cgroup is the cgroup v2 directory the node's pod processes run in ("" when the host has
 	// no cgroup v2 hierarchy).

@@ -38,12 +38,21 @@ func TestResolveParts(t *testing.T) {
 	}
 }
 
+// A preset of a part nobody built, for the "not built yet" path (every shipped preset is).
+func init() {
+	RegisterPreset(Preset{Name: "test-unbuilt", Attach: "sriov", Overlay: None, Proxy: None, Policy: None, Emulates: "a test preset"})
+}
+
 func TestResolveErrors(t *testing.T) {
-	// A preset whose attach kind is not built yet is unsupported (skipped, not bad input).
-	for _, dp := range []string{"antrea"} {
-		_, err := Resolve(dp, "", "")
-		if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "is not built yet") {
-			t.Errorf("Resolve(%s) = %v, want unsupported: not built yet", dp, err)
+	// A preset whose attach kind is not built yet is unsupported (skipped, not bad input);
+	// so are parts that do not combine.
+	for _, tc := range []struct{ dataplane, proxy, want string }{
+		{"test-unbuilt", "", "attach sriov is not built yet"},
+		{"antrea", "ebpf", "not with attach ovs-userspace"},
+	} {
+		_, err := Resolve(tc.dataplane, tc.proxy, "")
+		if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Resolve(%s, %q) = %v, want unsupported: %s", tc.dataplane, tc.proxy, err, tc.want)
 		}
 	}
 	for _, tc := range []struct{ dataplane, proxy, policy, want string }{

@@ -60,7 +60,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 		t.Fatalf("processes in %s: %v, want the daemons %v", ns, inNS, pids)
 	}
 	for _, f := range []string{DBFile, DBSocket, Bridge + ".mgmt", "ovs-vswitchd.pid", "ovsdb-server.ctl"} {
-		if _, err := os.Stat(filepath.Join(in.dir, f)); err != nil {
+		if _, err := os.Stat(filepath.Join(in.Dir(), f)); err != nil {
 			t.Errorf("while running: %v", err)
 		}
 	}
@@ -75,8 +75,8 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if left := netns.PIDs(ns); len(left) != 0 {
 		t.Errorf("processes left in %s: %v", ns, left)
 	}
-	if _, err := os.Stat(in.dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s left after Close (%v)", in.dir, err)
+	if _, err := os.Stat(in.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left after Close (%v)", in.Dir(), err)
 	}
 	if err := in.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
@@ -101,10 +101,10 @@ func TestKilledLeavesNothingOutside(t *testing.T) {
 	if err := netns.Delete(ns); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range in.daemons {
-		<-d.done
-		if !gone(d.Pid()) {
-			t.Errorf("%s (PID %d) still exists", d.name, d.Pid())
+	in.Exited()
+	for _, pid := range in.PIDs() {
+		if !gone(pid) {
+			t.Errorf("daemon PID %d still exists", pid)
 		}
 	}
 	if after := hostState(); !slices.Equal(before, after) {
@@ -113,8 +113,8 @@ func TestKilledLeavesNothingOutside(t *testing.T) {
 	if err := in.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(in.dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s left after Close (%v)", in.dir, err)
+	if _, err := os.Stat(in.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left after Close (%v)", in.Dir(), err)
 	}
 }
 

@@ -1,0 +1,242 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/cnibench/cnibench/internal/ovs"
+)
+
+// ovsUserspace: Antrea's node layout on Open vSwitch's user-space datapath (the IETF draft's
+// user-space vSwitch model). Every node runs an Open vSwitch of its own (ovsdb-server and
+// ovs-vswitchd in the node's namespace, internal/ovs) with the bridge br-int
+// (datapath_type=netdev); every pod's host veth is a port of it, and the node's gateway is the
+// bridge's internal port antrea-gw0 (a tap device in the user-space datapath) holding the first
+// address of the node's pod CIDR. Pods of a node share the pod CIDR as one subnet: between them
+// OVS switches (NORMAL), off it they go through antrea-gw0 to the node's IP stack, and from
+// there over the overlay. Antrea encapsulates in OVS itself; here the preset's overlay (a kernel
+// VXLAN device) carries traffic between nodes, as for the other attach kinds.
+//
+// Pods are created with the CNI ptp plugin (veth pair, host-local address) and rearranged as
+// Antrea's agent leaves them: the host veth loses ptp's address and route and joins br-int; the
+// pod's eth0 gets its address on the pod CIDR's subnet and a default route via the gateway.
+//
+// When Services or policies filter in the node's IP stack (kube-proxy, iptables policies),
+// Filtered makes br-int send every IPv4 packet from a pod to antrea-gw0, as br_netfilter
+// makes a Linux bridge pass its packets to netfilter: the stack then sees pod-to-pod traffic of
+// one node too, and the replies of a Service's connections come back through it. (Antrea keeps
+// that traffic in OVS with its own conntrack flows and enforces policies in OVS; here
+// policies are the preset's iptables ones.)
+//
+// The daemons run detached (a lab stands after `lab up` exits); removing the node's namespace
+// (lab down, lab clean) kills them with everything else in it.
+type ovsUserspace struct{}
+
+func init() { RegisterAttach(ovsUserspace{}) }
+
+// Names of Antrea's node layout.
+const (
+	ovsBridge    = "br-int"
+	ovsGateway   = "antrea-gw0"
+	ovsGatewayOF = 2 // Antrea's gateway port number (its tunnel port is 1)
+)
+
+// ovsTimeout bounds a node's switch set-up and each pod's port.
+const ovsTimeout = 60 * time.Second
+
+func (ovsUserspace) Name() string { return "ovs-userspace" }
+func (ovsUserspace) Summary() string {
+	return "pods on a per-node Open vSwitch bridge, user-space datapath (Antrea's br-int and antrea-gw0)"
+}
+func (ovsUserspace) Needs() []string {
+	needs := []string{"cni ptp", "cni host-local"}
+	for _, t := range ovs.Tools {
+		needs = append(needs, "tool "+t)
+	}
+	return needs
+}
+func (ovsUserspace) PodNetwork() bool { return true }
+
+func (ovsUserspace) CNI(podMTU int, ipam map[string]any) (string, map[string]any) {
+	return "antrea", map[string]any{"type": "ptp", "ipMasq": false, "mtu": podMTU, "ipam": ipam}
+}
+
+// Combines refuses the engines that program each pod's host veth with eBPF: ovs-vswitchd
+// reads the veth with an AF_PACKET socket, which sees a packet before tc ingress does.
+func (ovsUserspace) Combines(p Parts) error {
+	for _, e := range []Part{p.Proxy, p.Policy} {
+		if _, hooked := e.(PodHook); hooked {
+			return fmt.Errorf("%s programs each pod's host veth, which the user-space datapath reads before it: not with attach ovs-userspace", e.Name())
+		}
+	}
+	return nil
+}
+
+func ovsOptions(n Node) ovs.Options {
+	return ovs.Options{NS: n.NS, Dir: filepath.Join(n.Dir, "ovs"), CPU: -1, Detached: true}
+}
+
+// gatewayIP is the node's gateway address on its pod CIDR (host-local's default gateway).
+func gatewayIP(n Node) net.IP {
+	ip := append(net.IP(nil), n.PodCIDR.IP.To4()...)
+	ip[3]++
+	return ip
+}
+
+// SetupNode starts the node's Open vSwitch, makes br-int with antrea-gw0 and gives the gateway
+// its address; br-int switches (NORMAL) until Filtered.
+func (ovsUserspace) SetupNode(n Node) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ovsTimeout)
+	defer cancel()
+	sw, err := ovs.Start(ctx, ovsOptions(n))
+	if err != nil {
+		return fmt.Errorf("open vswitch: %w", err)
+	}
+	if err := sw.Vsctl(ctx, "--", "add-br", ovsBridge,
+		"--", "set", "Bridge", ovsBridge, "datapath_type=netdev", "fail_mode=secure", "other_config:disable-in-band=true",
+		"--", "add-port", ovsBridge, ovsGateway, "--", "set", "Interface", ovsGateway, "type=internal",
+		"ofport_request="+strconv.Itoa(ovsGatewayOF), "mtu_request="+strconv.Itoa(n.PodMTU)); err != nil {
+		return err
+	}
+	if err := sw.WaitBridge(ctx, ovsBridge); err != nil {
+		return err
+	}
+	if err := sw.AddFlows(ctx, ovsBridge, []byte("table=0,priority=0,actions=NORMAL\n")); err != nil {
+		return err
+	}
+	err = n.Netlink(func(h *netlink.Handle) error {
+		gw, err := h.LinkByName(ovsGateway)
+		if err != nil {
+			return fmt.Errorf("%s: %w", ovsGateway, err)
+		}
+		ones, _ := n.PodCIDR.Mask.Size()
+		if err := h.AddrAdd(gw, &netlink.Addr{IPNet: &net.IPNet{IP: gatewayIP(n), Mask: net.CIDRMask(ones, 32)}}); err != nil {
+			return fmt.Errorf("%s address: %w", ovsGateway, err)
+		}
+		return h.LinkSetUp(gw)
+	})
+	if err != nil {
+		return err
+	}
+	// Filtered sends one node's pod-to-pod packets through the gateway and back out of it.
+	for _, k := range []string{"net/ipv4/conf/all/send_redirects", "net/ipv4/conf/" + ovsGateway + "/send_redirects"} {
+		if err := n.Sysctl(k, "0"); err != nil {
+			return err
+		}
+	}
+	return sw.PortsUp(ctx, []string{ovsGateway}, []int{ovsGatewayOF})
+}
+
+// PodAdded moves ptp's host veth onto br-int and gives the pod the subnet and the gateway.
+func (ovsUserspace) PodAdded(n Node, p PodNet) error {
+	ctx, cancel := context.WithTimeout(context.Background(), ovsTimeout)
+	defer cancel()
+	err := n.Netlink(func(h *netlink.Handle) error {
+		v, err := h.LinkByName(p.HostVeth)
+		if err != nil {
+			return fmt.Errorf("host veth %q: %w", p.HostVeth, err)
+		}
+		addrs, err := h.AddrList(v, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs { // its routes go with it
+			if err := h.AddrDel(v, &a); err != nil {
+				return err
+			}
+		}
+		routes, err := h.RouteList(v, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, r := range routes {
+			if err := h.RouteDel(&r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sw, err := ovs.Open(ovsOptions(n))
+	if err != nil {
+		return err
+	}
+	if err := sw.Vsctl(ctx, "--", "add-port", ovsBridge, p.HostVeth); err != nil {
+		return err
+	}
+	err = p.Netlink(func(h *netlink.Handle) error {
+		eth, err := h.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		routes, err := h.RouteList(eth, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, r := range routes {
+			if err := h.RouteDel(&r); err != nil {
+				return err
+			}
+		}
+		addrs, err := h.AddrList(eth, netlink.FAMILY_V4)
+		if err != nil {
+			return err
+		}
+		for _, a := range addrs {
+			if err := h.AddrDel(eth, &a); err != nil {
+				return err
+			}
+		}
+		ones, _ := n.PodCIDR.Mask.Size()
+		if err := h.AddrAdd(eth, &netlink.Addr{IPNet: &net.IPNet{IP: p.IP, Mask: net.CIDRMask(ones, 32)}}); err != nil {
+			return err
+		}
+		return h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: gatewayIP(n)})
+	})
+	if err != nil {
+		return fmt.Errorf("pod %s: %w", p.NS, err)
+	}
+	return sw.PortsUp(ctx, []string{p.HostVeth}, nil)
+}
+
+// Filtered sends every IPv4 packet a pod sends to the gateway port (its destination MAC the
+// gateway's), so the node's IP stack forwards it, filters it and brings replies back the same
+// way; what comes from the gateway, and ARP, is switched as before.
+func (ovsUserspace) Filtered(n Node) error {
+	var mac net.HardwareAddr
+	err := n.Netlink(func(h *netlink.Handle) error {
+		gw, err := h.LinkByName(ovsGateway)
+		if err != nil {
+			return err
+		}
+		mac = gw.Attrs().HardwareAddr
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ovsTimeout)
+	defer cancel()
+	sw, err := ovs.Open(ovsOptions(n))
+	if err != nil {
+		return err
+	}
+	return sw.ReplaceFlows(ctx, ovsBridge, ovsFilteredFlows(mac))
+}
+
+// ovsFilteredFlows is br-int's flow table once the node's IP stack filters pod traffic.
+func ovsFilteredFlows(gwMAC net.HardwareAddr) []byte {
+	return []byte(fmt.Sprintf("table=0,priority=200,in_port=%d,actions=NORMAL\n"+
+		"table=0,priority=100,ip,actions=mod_dl_dst:%s,output:%d\n"+
+		"table=0,priority=0,actions=NORMAL\n", ovsGatewayOF, gwMAC, ovsGatewayOF))
+}
+
+func (ovsUserspace) FilterNeeds() []string { return nil }

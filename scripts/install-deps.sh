@@ -5,7 +5,7 @@
 # writes a mirror host).
 set -euo pipefail
 
-PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps nginx-light curl busybox-static openvswitch-switch openvswitch-common dpdk-dev)
+PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps nginx-light curl busybox-static openvswitch-switch openvswitch-common openvswitch-switch-dpdk dpdk-dev)
 # --kube: also what the project's own Kubernetes test cluster runs on (make e2e).
 # --test: also what the test suite checks the reports and exports with (a real headless browser,
 # promtool and Prometheus) and clang/llvm/libbpf-dev, with which it rebuilds the committed eBPF

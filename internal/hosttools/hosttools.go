@@ -45,6 +45,7 @@ var table = []Tool{
 	{Name: "ipset", Package: "ipset", Version: []string{"--version"}},
 	{Name: "tcpdump", Package: "tcpdump", Version: []string{"--version"}},
 	{Name: "ovs-vswitchd", Package: "openvswitch-switch", Version: []string{"--version"}},
+	{Name: "ovs-vswitchd-dpdk", Package: "openvswitch-switch-dpdk", Version: []string{"--version"}},
 	{Name: "ovs-vsctl", Package: "openvswitch-switch", Version: []string{"--version"}},
 	{Name: "ovsdb-server", Package: "openvswitch-common", Version: []string{"--version"}},
 	{Name: "ovsdb-tool", Package: "openvswitch-common", Version: []string{"--version"}},
@@ -80,7 +81,8 @@ func (t Tool) Base() string { return filepath.Base(t.Name) }
 
 // sbinDirs are searched after PATH: the sbin directories are often missing from the PATH of
 // non-login shells, and Debian puts several of the tools there.
-var sbinDirs = []string{"/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin", "/bin"}
+var sbinDirs = []string{"/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/bin", "/bin",
+	"/usr/lib/openvswitch-switch-dpdk"} // ovs-vswitchd-dpdk: an alternative, not on PATH
 
 // Look finds an executable on PATH or in the usual sbin and bin directories. The error names
 // it and, for a tool of the table, says how to install it.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,8 +47,14 @@ func ovsVsctl(t *testing.T, l *Lab, node string, args ...string) string {
 // killed, the pods of that node no longer reach each other). A Service whose endpoint is on
 // the client's node answers (Filtered: the replies come back through the node's stack).
 func TestOVSAttach(t *testing.T) {
+	for _, dp := range []string{"antrea", "ovs-dpdk"} {
+		t.Run(dp, func(t *testing.T) { ovsAttach(t, dp) })
+	}
+}
+
+func ovsAttach(t *testing.T, dp string) {
 	needOVS(t)
-	l := upLab(t, Config{Dataplane: "antrea"})
+	l := upLab(t, Config{Dataplane: dp})
 	ctx := context.Background()
 	sel := map[string]string{"app": "b"}
 	a, err := l.CreatePod(ctx, cluster.PodSpec{Name: "a", Node: "node0"})
@@ -108,12 +115,7 @@ print(s.recv(100).decode().strip())`, svcs[0].ClusterIP)})
 
 	// Kill node0's switch: its pods are cut off from each other.
 	n0, _ := l.node("node0")
-	pid, err := os.ReadFile(filepath.Join(l.StateDir(), "node-node0", "ovs", "ovs-vswitchd.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vswitchd int
-	fmt.Sscan(strings.TrimSpace(string(pid)), &vswitchd)
+	vswitchd := daemonPID(t, filepath.Join(l.StateDir(), "node-node0", "ovs"), "ovs-vswitchd")
 	inNS := false
 	for _, p := range netns.PIDs(n0.ns) {
 		inNS = inNS || p == vswitchd
@@ -140,19 +142,19 @@ func TestOVSAttachPolicies(t *testing.T) {
 // TestOVSAttachKilledOwner: a run SIGKILLed while an antrea lab stands leaves its detached
 // switches running in the nodes' namespaces; `lab clean` removes them with the lab.
 func TestOVSAttachKilledOwner(t *testing.T) {
+	for _, dp := range []string{"antrea", "ovs-dpdk"} {
+		t.Run(dp, func(t *testing.T) { ovsAttachKilledOwner(t, dp) })
+	}
+}
+
+func ovsAttachKilledOwner(t *testing.T, dp string) {
 	needOVS(t)
 	prefix := testPrefix()
-	owner := startKilledOwner(t, prefix, "antrea", "")
+	owner := startKilledOwner(t, prefix, dp, "")
 	var daemons []int
 	for _, node := range []string{"node0", "node1"} {
 		for _, d := range []string{"ovsdb-server", "ovs-vswitchd"} {
-			b, err := os.ReadFile(filepath.Join(StateRoot, prefix, "node-"+node, "ovs", d+".pid"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var pid int
-			fmt.Sscan(strings.TrimSpace(string(b)), &pid)
-			daemons = append(daemons, pid)
+			daemons = append(daemons, daemonPID(t, filepath.Join(StateRoot, prefix, "node-"+node, "ovs"), d))
 		}
 	}
 	owner.kill(t)
@@ -191,4 +193,23 @@ func exits(pid int, within time.Duration) bool {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// daemonPID reads an Open vSwitch daemon's pid file in dir (named after its binary:
+// ovs-vswitchd.pid, or ovs-vswitchd-dpdk.pid for the DPDK build).
+func daemonPID(t *testing.T, dir, daemon string) int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, daemon+"*.pid"))
+	if len(files) != 1 {
+		t.Fatalf("pid files of %s in %s: %v", daemon, dir, files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", files[0], err)
+	}
+	return pid
 }

@@ -66,11 +66,28 @@ type Options struct {
 	NS  string // network namespace name
 	Dir string // its directory (made afresh; Close removes it)
 	CPU int    // pin both daemons to this CPU; -1 = no pinning
+	// DPDK makes the switch OVS-DPDK (nil: the plain user-space datapath).
+	DPDK *DPDK
 	// Detached daemons outlive the process that started them (a lab kept standing by `lab up`):
 	// they lead a session of their own and get no signal when cnibench exits; whoever removes
 	// the namespace kills them (netns.KillAll, as lab clean does).
 	Detached bool
 }
+
+// DPDK are the settings of an OVS-DPDK switch: ovs-vswitchd's DPDK build, its EAL on plain
+// memory (no hugepages: --no-huge with --legacy-mem, which also keeps OVS from adding
+// --in-memory, which DPDK refuses beside --no-huge), no PCI devices, EAL's runtime directory in
+// the switch's directory (RUNTIME_DIRECTORY: nothing under /var/run/dpdk). Its ports of type
+// dpdk are served by one poll-mode (PMD) thread that busy-polls its CPU.
+type DPDK struct {
+	MemMB    int // EAL memory (-m); 0 = 512
+	LcoreCPU int // EAL's main lcore (dpdk-lcore-mask)
+	PMDCPU   int // the PMD thread's CPU (pmd-cpu-mask)
+}
+
+// VswitchdDPDK is the DPDK build of ovs-vswitchd (Debian's openvswitch-switch-dpdk installs it
+// beside the plain one, as an alternative of lower priority: the plain one stays the default).
+const VswitchdDPDK = "ovs-vswitchd-dpdk"
 
 // Switch is a running pair of daemons.
 type Switch struct {
@@ -134,10 +151,54 @@ func Start(ctx context.Context, opt Options) (_ *Switch, err error) {
 		"set", "Open_vSwitch", ".", "other_config:userspace-tso-enable=true"); err != nil {
 		return nil, err
 	}
-	if _, err := s.start(s.paths["ovs-vswitchd"], "unix:"+sock); err != nil {
+	vswitchd := s.paths["ovs-vswitchd"]
+	if d := opt.DPDK; d != nil {
+		if vswitchd, err = hosttools.Look(VswitchdDPDK); err != nil {
+			return nil, err
+		}
+		mem := d.MemMB
+		if mem == 0 {
+			mem = 512
+		}
+		s.environ = append(s.environ, "RUNTIME_DIRECTORY="+opt.Dir)
+		if err := s.Vsctl(ctx, "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
+			fmt.Sprintf("other_config:dpdk-extra=--no-huge -m %d --legacy-mem --no-pci --file-prefix=ovs", mem),
+			fmt.Sprintf("other_config:dpdk-lcore-mask=0x%x", uint64(1)<<d.LcoreCPU),
+			fmt.Sprintf("other_config:pmd-cpu-mask=0x%x", uint64(1)<<d.PMDCPU)); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := s.start(vswitchd, "unix:"+sock); err != nil {
 		return nil, err
 	}
+	if opt.DPDK != nil {
+		if err := s.dpdkInitialized(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// dpdkInitialized waits until ovs-vswitchd reports DPDK initialised (it exits when EAL fails).
+func (s *Switch) dpdkInitialized(ctx context.Context) error {
+	d := s.vswitchd()
+	deadline := time.Now().Add(StartTimeout)
+	for {
+		out, err := s.VsctlOutput(ctx, "get", "Open_vSwitch", ".", "dpdk_initialized")
+		if err == nil && strings.TrimSpace(out) == "true" {
+			return nil
+		}
+		select {
+		case <-d.done:
+			return d.withLog(fmt.Errorf("%s exited (%v) while initialising DPDK", d.name, d.cmd.ProcessState))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return d.withLog(fmt.Errorf("DPDK not initialised within %v", StartTimeout))
+		}
+	}
 }
 
 // run runs an Open vSwitch tool against this switch (its environment), bounded by StartTimeout.

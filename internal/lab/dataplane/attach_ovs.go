@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"time"
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/cnibench/cnibench/internal/nf"
 	"github.com/cnibench/cnibench/internal/ovs"
 )
 
@@ -36,9 +38,20 @@ import (
 //
 // The daemons run detached (a lab stands after `lab up` exits); removing the node's namespace
 // (lab down, lab clean) kills them with everything else in it.
-type ovsUserspace struct{}
+//
+// ovs-dpdk is the same layout on OVS-DPDK (the draft's user-space vSwitch with DPDK): the
+// pods' host veths are ports of type dpdk (DPDK's AF_PACKET driver on the veth, no hugepages),
+// served by a PMD thread that busy-polls a CPU of its own; the pods send with complete
+// checksums (TX checksumming off on their eth0), since a DPDK port takes a partial checksum for
+// a finished one. (DPDK 22.11's AF_XDP driver is faster here, but its transmit stalls for good
+// on a veth after a UDP flood through the gateway: the port counts packets out that the veth
+// never sends, and the pod is cut off. AF_PACKET ports survive the same flood.)
+type ovsUserspace struct{ dpdk bool }
 
-func init() { RegisterAttach(ovsUserspace{}) }
+func init() {
+	RegisterAttach(ovsUserspace{})
+	RegisterAttach(ovsUserspace{dpdk: true})
+}
 
 // Names of Antrea's node layout.
 const (
@@ -50,14 +63,27 @@ const (
 // ovsTimeout bounds a node's switch set-up and each pod's port.
 const ovsTimeout = 60 * time.Second
 
-func (ovsUserspace) Name() string { return "ovs-userspace" }
-func (ovsUserspace) Summary() string {
+func (a ovsUserspace) Name() string {
+	if a.dpdk {
+		return "ovs-dpdk"
+	}
+	return "ovs-userspace"
+}
+
+func (a ovsUserspace) Summary() string {
+	if a.dpdk {
+		return "pods on a per-node OVS-DPDK bridge (veths as DPDK AF_PACKET ports, no hugepages, one PMD thread)"
+	}
 	return "pods on a per-node Open vSwitch bridge, user-space datapath (Antrea's br-int and antrea-gw0)"
 }
-func (ovsUserspace) Needs() []string {
+
+func (a ovsUserspace) Needs() []string {
 	needs := []string{"cni ptp", "cni host-local"}
 	for _, t := range ovs.Tools {
 		needs = append(needs, "tool "+t)
+	}
+	if a.dpdk {
+		needs = append(needs, "tool "+ovs.VswitchdDPDK)
 	}
 	return needs
 }
@@ -78,8 +104,14 @@ func (ovsUserspace) Combines(p Parts) error {
 	return nil
 }
 
-func ovsOptions(n Node) ovs.Options {
-	return ovs.Options{NS: n.NS, Dir: filepath.Join(n.Dir, "ovs"), CPU: -1, Detached: true}
+func (a ovsUserspace) options(n Node) ovs.Options {
+	opt := ovs.Options{NS: n.NS, Dir: filepath.Join(n.Dir, "ovs"), CPU: -1, Detached: true}
+	if a.dpdk {
+		// EAL's main lcore on the first CPU, the PMD thread on the last (every node's: on a
+		// small host they share it).
+		opt.DPDK = &ovs.DPDK{LcoreCPU: 0, PMDCPU: runtime.NumCPU() - 1}
+	}
+	return opt
 }
 
 // gatewayIP is the node's gateway address on its pod CIDR (host-local's default gateway).
@@ -91,10 +123,10 @@ func gatewayIP(n Node) net.IP {
 
 // SetupNode starts the node's Open vSwitch, makes br-int with antrea-gw0 and gives the gateway
 // its address; br-int switches (NORMAL) until Filtered.
-func (ovsUserspace) SetupNode(n Node) (err error) {
+func (a ovsUserspace) SetupNode(n Node) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ovsTimeout)
 	defer cancel()
-	sw, err := ovs.Start(ctx, ovsOptions(n))
+	sw, err := ovs.Start(ctx, a.options(n))
 	if err != nil {
 		return fmt.Errorf("open vswitch: %w", err)
 	}
@@ -124,6 +156,11 @@ func (ovsUserspace) SetupNode(n Node) (err error) {
 	if err != nil {
 		return err
 	}
+	if a.dpdk { // what the node's stack sends to pods leaves through a DPDK port: checksums complete
+		if _, err := nf.SetFeature(nf.Endpoint{NS: n.NS, Dev: ovsGateway}, nf.TxChecksum, false); err != nil {
+			return err
+		}
+	}
 	// Filtered sends one node's pod-to-pod packets through the gateway and back out of it.
 	for _, k := range []string{"net/ipv4/conf/all/send_redirects", "net/ipv4/conf/" + ovsGateway + "/send_redirects"} {
 		if err := n.Sysctl(k, "0"); err != nil {
@@ -134,7 +171,7 @@ func (ovsUserspace) SetupNode(n Node) (err error) {
 }
 
 // PodAdded moves ptp's host veth onto br-int and gives the pod the subnet and the gateway.
-func (ovsUserspace) PodAdded(n Node, p PodNet) error {
+func (a ovsUserspace) PodAdded(n Node, p PodNet) error {
 	ctx, cancel := context.WithTimeout(context.Background(), ovsTimeout)
 	defer cancel()
 	err := n.Netlink(func(h *netlink.Handle) error {
@@ -165,11 +202,19 @@ func (ovsUserspace) PodAdded(n Node, p PodNet) error {
 	if err != nil {
 		return err
 	}
-	sw, err := ovs.Open(ovsOptions(n))
+	sw, err := ovs.Open(a.options(n))
 	if err != nil {
 		return err
 	}
-	if err := sw.Vsctl(ctx, "--", "add-port", ovsBridge, p.HostVeth); err != nil {
+	port := []string{"--", "add-port", ovsBridge, p.HostVeth}
+	if a.dpdk {
+		port = append(port, "--", "set", "Interface", p.HostVeth, "type=dpdk",
+			"options:dpdk-devargs=net_af_packet_"+p.HostVeth+",iface="+p.HostVeth)
+		if _, err := nf.SetFeature(nf.Endpoint{NS: p.NS, Dev: "eth0"}, nf.TxChecksum, false); err != nil {
+			return fmt.Errorf("pod %s: %w", p.NS, err)
+		}
+	}
+	if err := sw.Vsctl(ctx, port...); err != nil {
 		return err
 	}
 	err = p.Netlink(func(h *netlink.Handle) error {
@@ -210,7 +255,7 @@ func (ovsUserspace) PodAdded(n Node, p PodNet) error {
 // Filtered sends every IPv4 packet a pod sends to the gateway port (its destination MAC the
 // gateway's), so the node's IP stack forwards it, filters it and brings replies back the same
 // way; what comes from the gateway, and ARP, is switched as before.
-func (ovsUserspace) Filtered(n Node) error {
+func (a ovsUserspace) Filtered(n Node) error {
 	var mac net.HardwareAddr
 	err := n.Netlink(func(h *netlink.Handle) error {
 		gw, err := h.LinkByName(ovsGateway)
@@ -225,7 +270,7 @@ func (ovsUserspace) Filtered(n Node) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ovsTimeout)
 	defer cancel()
-	sw, err := ovs.Open(ovsOptions(n))
+	sw, err := ovs.Open(a.options(n))
 	if err != nil {
 		return err
 	}

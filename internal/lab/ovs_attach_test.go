@@ -79,8 +79,26 @@ func ovsAttach(t *testing.T, dp string) {
 	if len(ports) != 3 || !strings.Contains(strings.Join(ports, " "), "antrea-gw0") {
 		t.Errorf("br-int ports on node0: %v, want antrea-gw0 and the two pods' veths", ports)
 	}
-	if dp := ovsVsctl(t, l, "node0", "get", "Bridge", "br-int", "datapath_type"); dp != "netdev" {
-		t.Errorf("datapath_type %s, want netdev", dp)
+	if typ := ovsVsctl(t, l, "node0", "get", "Bridge", "br-int", "datapath_type"); typ != "netdev" {
+		t.Errorf("datapath_type %s, want netdev", typ)
+	}
+	if dp == "ovs-dpdk" {
+		// DPDK really runs, the pods' ports are DPDK's, and idle PMD threads may sleep (a run's
+		// standing labs must not busy-poll a core each).
+		if got := ovsVsctl(t, l, "node0", "get", "Open_vSwitch", ".", "dpdk_initialized"); got != "true" {
+			t.Errorf("dpdk_initialized %s", got)
+		}
+		for _, p := range ports {
+			if p == "antrea-gw0" {
+				continue
+			}
+			if typ := ovsVsctl(t, l, "node0", "get", "Interface", p, "type"); typ != "dpdk" {
+				t.Errorf("port %s type %s, want dpdk", p, typ)
+			}
+		}
+		if got := ovsVsctl(t, l, "node0", "get", "Open_vSwitch", ".", "other_config:pmd-maxsleep"); got != `"500"` {
+			t.Errorf("pmd-maxsleep %s, want 500", got)
+		}
 	}
 
 	// A Service with its endpoint on the client's node: the reply must come back through the

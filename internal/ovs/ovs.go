@@ -83,6 +83,9 @@ type DPDK struct {
 	MemMB    int // EAL memory (-m); 0 = 512
 	LcoreCPU int // EAL's main lcore (dpdk-lcore-mask)
 	PMDCPU   int // the PMD thread's CPU (pmd-cpu-mask)
+	// MaxSleepUS lets an idle PMD thread sleep up to this long (pmd-maxsleep, OVS 3.1's
+	// load-based sleeping: a loaded PMD never sleeps); 0 = busy-poll always.
+	MaxSleepUS int
 }
 
 // VswitchdDPDK is the DPDK build of ovs-vswitchd (Debian's openvswitch-switch-dpdk installs it
@@ -164,7 +167,8 @@ func Start(ctx context.Context, opt Options) (_ *Switch, err error) {
 		if err := s.Vsctl(ctx, "--no-wait", "set", "Open_vSwitch", ".", "other_config:dpdk-init=true",
 			fmt.Sprintf("other_config:dpdk-extra=--no-huge -m %d --legacy-mem --no-pci --file-prefix=ovs", mem),
 			fmt.Sprintf("other_config:dpdk-lcore-mask=0x%x", uint64(1)<<d.LcoreCPU),
-			fmt.Sprintf("other_config:pmd-cpu-mask=0x%x", uint64(1)<<d.PMDCPU)); err != nil {
+			fmt.Sprintf("other_config:pmd-cpu-mask=0x%x", uint64(1)<<d.PMDCPU),
+			fmt.Sprintf("other_config:pmd-maxsleep=%d", d.MaxSleepUS)); err != nil {
 			return nil, err
 		}
 	}

@@ -312,6 +312,15 @@ type ChainControl interface {
 	Pause() error
 }
 
+// Resting is implemented by clusters whose data plane polls CPUs whether traffic comes or not
+// (the lab's OVS-DPDK nodes: PMD threads). A run keeps every case's cluster standing, so the
+// runner wakes a cluster for each trial of its cases and lets it rest after: a resting cluster
+// takes next to no CPU from the trials of other cases, an awake one runs as it is meant to.
+type Resting interface {
+	Wake() error
+	Rest() error
+}
+
 // CounterReader is implemented by clusters whose data plane keeps packet counters it can read
 // (the lab's eBPF data paths: per cube, per program): cumulative counts by node and counter
 // name, nil when it keeps none. A trial records what they counted during it.

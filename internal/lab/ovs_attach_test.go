@@ -96,8 +96,19 @@ func ovsAttach(t *testing.T, dp string) {
 				t.Errorf("port %s type %s, want dpdk", p, typ)
 			}
 		}
-		if got := ovsVsctl(t, l, "node0", "get", "Open_vSwitch", ".", "other_config:pmd-maxsleep"); got != `"500"` {
-			t.Errorf("pmd-maxsleep %s, want 500", got)
+		// Resting after set-up; awake (busy-polling) for a trial; resting after it.
+		for _, step := range []struct {
+			do   func() error
+			want string
+		}{{func() error { return nil }, `"10000"`}, {l.Wake, `"0"`}, {l.Rest, `"10000"`}} {
+			if err := step.do(); err != nil {
+				t.Fatal(err)
+			}
+			for _, node := range []string{"node0", "node1"} {
+				if got := ovsVsctl(t, l, node, "get", "Open_vSwitch", ".", "other_config:pmd-maxsleep"); got != step.want {
+					t.Errorf("%s: pmd-maxsleep %s, want %s", node, got, step.want)
+				}
+			}
 		}
 	}
 

@@ -601,6 +601,16 @@ func (r *run) maxReruns(c *caseState) int {
 // trial runs trial n of a case (after its warm-up, the first time) and records it. redo says
 // that it was disturbed and may run again; a failed trial is recorded and not retried here.
 func (r *run) trial(ctx context.Context, c *caseState, n int) (redo bool, err error) {
+	if rc, ok := r.cluster(ctx, c.cs).cl.(cluster.Resting); ok {
+		if err := rc.Wake(); err != nil {
+			return false, fmt.Errorf("waking the cluster of %s: %w", c.cs.Case.ID, err)
+		}
+		defer func() {
+			if rerr := rc.Rest(); rerr != nil && err == nil {
+				err = fmt.Errorf("letting the cluster of %s rest: %w", c.cs.Case.ID, rerr)
+			}
+		}()
+	}
 	if !c.warm && c.cs.Warmup > 0 {
 		start := time.Now()
 		m, terr := c.fx.Trial(ctx, c.cs.Warmup)

@@ -640,3 +640,63 @@ func TestLoadPlanWithoutSettings(t *testing.T) {
 		t.Errorf("missing plan: %v", err)
 	}
 }
+
+// restingCluster is a cluster whose data plane rests between trials (cluster.Resting): it
+// writes its wakes and rests into the model's order beside the trials.
+type restingCluster struct {
+	*clustertest.Fake
+	dp string
+}
+
+func (r restingCluster) Wake() error { return r.note("wake") }
+func (r restingCluster) Rest() error { return r.note("rest") }
+
+func (r restingCluster) note(what string) error {
+	w := current()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.order = append(w.order, what+" "+r.dp)
+	return nil
+}
+
+// A resting cluster is woken for each trial of its case (the warm-up too) and rests after it:
+// no trial of any case runs while another case's cluster is awake.
+func TestRunWakesRestingClusters(t *testing.T) {
+	w := newModel(t, 3)
+	cases := []result.CaseSpec{synth("A", "tcp", 3, nil), synth("B", "tcp", 3, nil)}
+	cases[0].Warmup = 1
+	_, err := Run(context.Background(), cases, Options{Dir: t.TempDir(), RunID: "rest", Standing: perCase(),
+		Settings: Settings{Seed: 1}, NewCluster: func(_ context.Context, k cluster.Key) (cluster.Cluster, error) {
+			return restingCluster{clustertest.New(clustertest.Config{}), k.Dataplane}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials, awake := 0, ""
+	for i, e := range w.order {
+		what, dp, _ := strings.Cut(e, " ")
+		switch what {
+		case "wake":
+			if awake != "" {
+				t.Fatalf("%s woken at %d while %s is awake: %v", dp, i, awake, w.order)
+			}
+			awake = dp
+		case "rest":
+			if awake != dp {
+				t.Fatalf("%s rests at %d, awake is %q: %v", dp, i, awake, w.order)
+			}
+			awake = ""
+		default:
+			trials++
+			if dp := strings.Split(e, "/")[1]; awake != dp {
+				t.Fatalf("trial %s at %d with %q awake: %v", e, i, awake, w.order)
+			}
+		}
+	}
+	if awake != "" {
+		t.Errorf("%s left awake: %v", awake, w.order)
+	}
+	if trials != 7 { // 3 + 3 and A's warm-up
+		t.Errorf("%d trials, want 7: %v", trials, w.order)
+	}
+}

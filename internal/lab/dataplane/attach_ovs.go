@@ -60,8 +60,12 @@ const (
 	ovsGatewayOF = 2 // Antrea's gateway port number (its tunnel port is 1)
 )
 
-// ovsPMDMaxSleepUS is how long an idle OVS-DPDK PMD thread may sleep (pmd-maxsleep).
-const ovsPMDMaxSleepUS = 500
+// ovsPMDRestUS is how long an OVS-DPDK PMD thread may sleep when idle while its lab rests
+// (pmd-maxsleep's largest value, OVS 3.1's load-based sleeping: a loaded PMD never sleeps).
+// Awake (during a trial) it busy-polls, as OVS-DPDK is meant to run. A run keeps every case's
+// lab standing, and a busy-polling node took 50 % of a core (measured with top; 2.2 % with
+// 0.5 ms sleeps, 0.5 % with 10 ms).
+const ovsPMDRestUS = 10000
 
 // ovsTimeout bounds a node's switch set-up and each pod's port.
 const ovsTimeout = 60 * time.Second
@@ -111,10 +115,8 @@ func (a ovsUserspace) options(n Node) ovs.Options {
 	opt := ovs.Options{NS: n.NS, Dir: filepath.Join(n.Dir, "ovs"), CPU: -1, Detached: true}
 	if a.dpdk {
 		// EAL's main lcore on the first CPU, the PMD thread on the last (every node's: on a
-		// small host they share it). An idle PMD thread sleeps up to 0.5 ms: a run keeps every
-		// case's lab standing, and two busy-polling threads per idle lab would take a core from
-		// every other case (measured: 50 % of a core each, 1.3 % with sleeping).
-		opt.DPDK = &ovs.DPDK{LcoreCPU: 0, PMDCPU: runtime.NumCPU() - 1, MaxSleepUS: ovsPMDMaxSleepUS}
+		// small host they share it); resting from the start (Wake, Rest).
+		opt.DPDK = &ovs.DPDK{LcoreCPU: 0, PMDCPU: runtime.NumCPU() - 1, MaxSleepUS: ovsPMDRestUS}
 	}
 	return opt
 }
@@ -290,3 +292,22 @@ func ovsFilteredFlows(gwMAC net.HardwareAddr) []byte {
 }
 
 func (ovsUserspace) FilterNeeds() []string { return nil }
+
+// Wake makes an OVS-DPDK node's PMD thread busy-poll (pmd-maxsleep 0) for a trial.
+func (a ovsUserspace) Wake(n Node) error { return a.pmdSleep(n, 0) }
+
+// Rest lets it sleep when idle.
+func (a ovsUserspace) Rest(n Node) error { return a.pmdSleep(n, ovsPMDRestUS) }
+
+func (a ovsUserspace) pmdSleep(n Node, us int) error {
+	if !a.dpdk {
+		return nil // ovs-vswitchd's main thread serves the ports: it sleeps in poll()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ovsTimeout)
+	defer cancel()
+	sw, err := ovs.Open(a.options(n))
+	if err != nil {
+		return err
+	}
+	return sw.Vsctl(ctx, "set", "Open_vSwitch", ".", "other_config:pmd-maxsleep="+strconv.Itoa(us))
+}

@@ -82,6 +82,14 @@ type Policy interface {
 	Apply(n Node, r Rendering) error
 }
 
+// Resting is implemented by the parts that poll a CPU whether traffic comes or not (OVS-DPDK's
+// PMD threads): Wake makes node n's poll as it is meant to, Rest lets it sleep while no trial
+// runs (cluster.Resting). A node is resting after SetupNode.
+type Resting interface {
+	Wake(n Node) error
+	Rest(n Node) error
+}
+
 // Counting is implemented by the parts that keep packet counters in each node (the eBPF data
 // paths: per cube, per program): cumulative, named "<function>_<counter>" with a prefix no
 // other part uses; what a run reads before and after a trial.

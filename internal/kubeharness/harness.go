@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +50,32 @@ type Harness struct {
 	restore    map[string]string
 	created    []string // host paths that did not exist before and must go
 	mu         sync.Mutex
+	starter    *starter
+}
+
+// starter starts the cluster's processes from one OS thread that lives as long as the
+// cluster. The processes get SIGKILL when the thread that forked them exits (Pdeathsig, so that
+// nothing outlives a killed test), and a Go program's threads are not all forever: one whose
+// goroutine ends while locked to it is terminated. Forked from a thread of its own, a kubelet
+// cannot die with some other goroutine's thread mid-test.
+type starter struct{ reqs chan func() }
+
+func newStarter() *starter {
+	s := &starter{reqs: make(chan func())}
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with close(reqs), after Down
+		for f := range s.reqs {
+			f()
+		}
+	}()
+	return s
+}
+
+// do runs f on the starter's thread.
+func (s *starter) do(f func()) {
+	done := make(chan struct{})
+	s.reqs <- func() { f(); close(done) }
+	<-done
 }
 
 type nodeInfo struct {
@@ -102,7 +129,7 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 	if _, err := CleanStale(cfg.Log); err != nil {
 		return nil, err
 	}
-	h = &Harness{cfg: cfg, restore: map[string]string{}}
+	h = &Harness{cfg: cfg, restore: map[string]string{}, starter: newStarter()}
 	for _, s := range hostSysctls {
 		b, err := os.ReadFile("/proc/sys/" + s)
 		if err != nil {
@@ -183,12 +210,20 @@ func (h *Harness) start(name, ns string, argv ...string) error {
 	cmd := exec.Command("nsenter", append([]string{"--net=" + netns.Path(ns), "--"}, argv...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = procs.Attr()
-	if err := cmd.Start(); err != nil {
+	h.starter.do(func() { err = cmd.Start() })
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	go func() {
+		werr := cmd.Wait()
+		// How it ended, in the log that a failed test dumps (a component that dies mid-test
+		// otherwise just stops logging).
+		fmt.Fprintf(f, "kubeharness: %s (pid %d) exited at %s: %v\n", name, cmd.Process.Pid, time.Now().UTC().Format(time.RFC3339Nano), werr)
+		f.Close()
+		close(p.done)
+	}()
 	h.mu.Lock()
 	h.procs = append(h.procs, p)
 	h.mu.Unlock()
@@ -253,6 +288,10 @@ func (h *Harness) Down() error {
 	}
 	for _, p := range h.created {
 		errs = append(errs, unmountUnder(p), os.RemoveAll(p))
+	}
+	if h.starter != nil {
+		close(h.starter.reqs)
+		h.starter = nil
 	}
 	return errors.Join(errs...)
 }

@@ -98,6 +98,7 @@ type Switch struct {
 	paths   map[string]string
 	environ []string
 	daemons []*daemon // started order; stopped in reverse
+	opened  bool      // by Open: another process's daemons
 	once    sync.Once
 	err     error
 }
@@ -114,7 +115,7 @@ func Open(opt Options) (*Switch, error) {
 		s.paths[name] = p
 	}
 	s.environ = append(os.Environ(), "OVS_RUNDIR="+opt.Dir, "OVS_DBDIR="+opt.Dir, "OVS_LOGDIR="+opt.Dir, "OVS_SYSCONFDIR="+opt.Dir)
-	s.once.Do(func() {}) // Close: nothing of ours to stop or remove
+	s.opened = true // Close: nothing of ours to stop or remove
 	return s, nil
 }
 
@@ -126,7 +127,7 @@ func Start(ctx context.Context, opt Options) (_ *Switch, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s.once = sync.Once{}
+	s.opened = false
 	defer func() {
 		if err != nil {
 			_ = s.Close()
@@ -240,20 +241,20 @@ func (s *Switch) VsctlOutput(ctx context.Context, args ...string) (string, error
 // bundle: all of it, atomically, or nothing. The bridge's management socket must exist
 // (WaitBridge).
 func (s *Switch) AddFlows(ctx context.Context, bridge string, flows []byte) error {
-	f := filepath.Join(s.opt.Dir, bridge+".flows")
-	if err := os.WriteFile(f, flows, 0o600); err != nil {
-		return err
-	}
-	return s.withLog(s.run(ctx, "ovs-ofctl", "-O", "OpenFlow14", "--bundle", "add-flows", "unix:"+s.Mgmt(bridge), f))
+	return s.ofctlFlows(ctx, "add-flows", bridge, flows)
 }
 
 // ReplaceFlows replaces a bridge's whole flow table in one bundle.
 func (s *Switch) ReplaceFlows(ctx context.Context, bridge string, flows []byte) error {
+	return s.ofctlFlows(ctx, "replace-flows", bridge, flows)
+}
+
+func (s *Switch) ofctlFlows(ctx context.Context, verb, bridge string, flows []byte) error {
 	f := filepath.Join(s.opt.Dir, bridge+".flows")
 	if err := os.WriteFile(f, flows, 0o600); err != nil {
 		return err
 	}
-	return s.withLog(s.run(ctx, "ovs-ofctl", "-O", "OpenFlow14", "--bundle", "replace-flows", "unix:"+s.Mgmt(bridge), f))
+	return s.withLog(s.run(ctx, "ovs-ofctl", "-O", "OpenFlow14", "--bundle", verb, "unix:"+s.Mgmt(bridge), f))
 }
 
 // Mgmt is a bridge's OpenFlow management socket.
@@ -429,6 +430,9 @@ func (s *Switch) Dir() string { return s.opt.Dir }
 
 // Close stops ovs-vswitchd, then ovsdb-server, and removes their directory. Idempotent.
 func (s *Switch) Close() error {
+	if s.opened {
+		return nil
+	}
 	s.once.Do(func() {
 		for i := len(s.daemons) - 1; i >= 0; i-- {
 			s.daemons[i].stop()

@@ -43,9 +43,9 @@ import (
 // pods' host veths are ports of type dpdk (DPDK's AF_PACKET driver on the veth, no hugepages),
 // served by a PMD thread that busy-polls a CPU of its own; the pods send with complete
 // checksums (TX checksumming off on their eth0), since a DPDK port takes a partial checksum for
-// a finished one. (DPDK 22.11's AF_XDP driver is faster here, but its transmit stalls for good
-// on a veth after a UDP flood through the gateway: the port counts packets out that the veth
-// never sends, and the pod is cut off. AF_PACKET ports survive the same flood.)
+// a finished one. (DPDK 22.11's AF_XDP driver's transmit stalls for good on a veth after a UDP
+// flood through the gateway: the port counts packets out that the veth never sends, and the pod
+// is cut off. AF_PACKET ports survive the same flood.)
 type ovsUserspace struct{ dpdk bool }
 
 func init() {
@@ -186,25 +186,7 @@ func (a ovsUserspace) PodAdded(n Node, p PodNet) error {
 		if err != nil {
 			return fmt.Errorf("host veth %q: %w", p.HostVeth, err)
 		}
-		addrs, err := h.AddrList(v, netlink.FAMILY_V4)
-		if err != nil {
-			return err
-		}
-		for _, a := range addrs { // its routes go with it
-			if err := h.AddrDel(v, &a); err != nil {
-				return err
-			}
-		}
-		routes, err := h.RouteList(v, netlink.FAMILY_V4)
-		if err != nil {
-			return err
-		}
-		for _, r := range routes {
-			if err := h.RouteDel(&r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return flushIPv4(h, v, true)
 	})
 	if err != nil {
 		return err
@@ -229,23 +211,8 @@ func (a ovsUserspace) PodAdded(n Node, p PodNet) error {
 		if err != nil {
 			return err
 		}
-		routes, err := h.RouteList(eth, netlink.FAMILY_V4)
-		if err != nil {
+		if err := flushIPv4(h, eth, true); err != nil {
 			return err
-		}
-		for _, r := range routes {
-			if err := h.RouteDel(&r); err != nil {
-				return err
-			}
-		}
-		addrs, err := h.AddrList(eth, netlink.FAMILY_V4)
-		if err != nil {
-			return err
-		}
-		for _, a := range addrs {
-			if err := h.AddrDel(eth, &a); err != nil {
-				return err
-			}
 		}
 		ones, _ := n.PodCIDR.Mask.Size()
 		if err := h.AddrAdd(eth, &netlink.Addr{IPNet: &net.IPNet{IP: p.IP, Mask: net.CIDRMask(ones, 32)}}); err != nil {

@@ -59,14 +59,8 @@ func (routed) PodAdded(n Node, p PodNet) error {
 		if err != nil {
 			return err
 		}
-		routes, err := h.RouteList(eth, netlink.FAMILY_V4)
-		if err != nil {
+		if err := flushIPv4(h, eth, false); err != nil {
 			return err
-		}
-		for _, r := range routes {
-			if err := h.RouteDel(&r); err != nil {
-				return err
-			}
 		}
 		idx := eth.Attrs().Index
 		if err := h.RouteAdd(&netlink.Route{LinkIndex: idx, Dst: &net.IPNet{IP: calicoGateway, Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK}); err != nil {
@@ -102,3 +96,30 @@ func routedHostSide(n Node, p PodNet) (net.HardwareAddr, error) {
 
 func (routed) Filtered(Node) error   { return nil }
 func (routed) FilterNeeds() []string { return nil }
+
+// flushIPv4 deletes a link's IPv4 routes and, with addrs, its IPv4 addresses (what a CNI
+// plugin left, before an attach kind lays out its own).
+func flushIPv4(h *netlink.Handle, link netlink.Link, addrs bool) error {
+	routes, err := h.RouteList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return err
+	}
+	for _, r := range routes {
+		if err := h.RouteDel(&r); err != nil {
+			return err
+		}
+	}
+	if !addrs {
+		return nil
+	}
+	as, err := h.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return err
+	}
+	for _, a := range as {
+		if err := h.AddrDel(link, &a); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -25,16 +25,18 @@ import (
 // created on the server's node, beside the first) and down (that pod is deleted), over and
 // over for the trial's duration (at least minReactionPairs times):
 //
-//   - reaction up: from the new pod being ready (cluster.EndpointPodReady) to the first probe
-//     the new endpoint answered;
+//   - reaction up: from the new pod being ready (cluster.EndpointPodReady) to the end of the
+//     first probe the new endpoint answered;
 //   - reaction down: from the pod's deletion beginning (cluster.EndpointPodDeleting) to the
 //     last probe that did not reach an endpoint that stays (answered by the removed one, or
 //     failed: sent to an endpoint that is gone, a connection lost; probe_failed_count), no
 //     later one doing so; 0 when no probe since the deletion reached it. Up is the first
 //     probe that shows the new state (the new endpoint cannot answer before the change), so
-//     the change happened at most then; down the last probe that shows the old one, so it
-//     happened after it: each is within a few probe intervals (probe_interval_ms) of the
-//     truth, the load balancer picking the new or the removed endpoint one time in two. (The
+//     the change happened before that probe ended (not before it began: its stamp is taken
+//     before nc is forked, and the connect comes up to a probe's length later, during which
+//     the change may happen); down the last probe that shows the old one, so it happened
+//     after that probe began: up is an upper bound and down a lower one, each within a few
+//     probe intervals (probe_interval_ms) of the truth, the load balancer picking the new or the removed endpoint one time in two. (The
 //     probe after the last one that reached the removed endpoint would bound down from above,
 //     but a failed probe takes nc's whole 1 s timeout and would put it there);
 //   - the control-plane part of each: until the control plane held the new endpoint set
@@ -578,7 +580,7 @@ func (st reactionStep) times(evs []cluster.EndpointEvent, node string) (stepTime
 		if i < 0 {
 			return stepTimes{}, fmt.Errorf("endpoint %s (%s): no probe reached it", st.Pod, st.IP)
 		}
-		t.total = ms(st.Probes[i].Start.Sub(from.At))
+		t.total = ms(st.Probes[i].End.Sub(from.At))
 		t.ready = ms(from.At.Sub(st.Call))
 	} else {
 		i, failed := lastReaching(st, from.At)

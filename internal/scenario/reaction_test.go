@@ -124,8 +124,9 @@ func TestReactionRecordings(t *testing.T) {
 	}
 }
 
-// One change's figures from its probes and events: up, from the pod being ready to the first
-// probe the new endpoint answered; down, from the deletion to the last probe that did not reach
+// One change's figures from its probes and events: up, from the pod being ready to the end of
+// the first probe the new endpoint answered (the change happened before it connected, which may
+// be after the probe's stamp); down, from the deletion to the last probe that did not reach
 // the endpoint that stays (failed ones count as reaching the removed one, and are counted; none
 // since the deletion: 0); the control part until the client's node (or the cluster) held the
 // new set, whichever the backend reports. A step without its events, or whose probes never
@@ -151,7 +152,7 @@ func TestStepTimes(t *testing.T) {
 		{Kind: cluster.EndpointsSet, At: at(4), Endpoints: []string{"A", "B"}, Node: "node0"},
 	}
 	got, err := up.times(evs, "node0")
-	if err != nil || got != (stepTimes{total: 4, control: 3, data: 1, ready: 1}) {
+	if err != nil || got != (stepTimes{total: 4.5, control: 3, data: 1.5, ready: 1}) {
 		t.Errorf("up: %+v %v", got, err)
 	}
 	cl := []cluster.EndpointEvent{evs[0], {Kind: cluster.EndpointsSet, At: at(2.5), Endpoints: []string{"A", "B"}}}

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the project's test cluster runs (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubelet, kube-proxy) and kwok, from the Go module
-# proxy, into a cache that later runs reuse (shared/KUBE-LAB.md has the measured recipe).
+# kube-controller-manager, kube-scheduler, kubelet, kube-proxy), kwok and flanneld, from the Go
+# module proxy, into a cache that later runs reuse (shared/KUBE-LAB.md has the measured recipe).
 # Usage: scripts/kube-build.sh [CACHE_DIR]   (default /var/cache/cnibench/kube-v1.34.10)
 set -euo pipefail
 
 K8S=v1.34.10          # 1.35 kubelets refuse cgroup v1, which this host has
 STAGING=v0.34.10
 KWOK=v0.8.0
+FLANNEL=v0.28.10
 CACHE=${1:-${CNIBENCH_KUBE_CACHE:-/var/cache/cnibench/kube-$K8S}}
 BIN=$CACHE/bin
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 
 have_all() {
-  for b in "${BINARIES[@]}" kwok; do [ -x "$BIN/$b" ] || return 1; done
+  for b in "${BINARIES[@]}" kwok flanneld; do [ -x "$BIN/$b" ] || return 1; done
 }
 if have_all; then
   echo "kube-build: binaries present in $BIN"
@@ -57,5 +58,19 @@ done
 if [ ! -x "$BIN/kwok" ]; then
   echo "kube-build: building kwok $KWOK"
   GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK"
+fi
+if [ ! -x "$BIN/flanneld" ]; then
+  # flanneld from its module, whole but for one backend: pkg/backend/tencentvpc needs Tencent
+  # Cloud's SDK, which the module proxy does not serve, so its import goes from a copy of the
+  # source. CGO on, as flannel's own build on amd64 (its UDP backend is C).
+  echo "kube-build: building flanneld $FLANNEL"
+  mod=$(cd / && GOFLAGS= go mod download -json "github.com/flannel-io/flannel@$FLANNEL" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$mod" ] || { echo "kube-build: flannel $FLANNEL: module not downloaded" >&2; exit 1; }
+  rm -rf "$src/flannel" && cp -r "$mod" "$src/flannel" && chmod -R u+w "$src/flannel"
+  sed -i '\#"github.com/flannel-io/flannel/pkg/backend/tencentvpc"#d' "$src/flannel/main.go"
+  if grep -q tencentvpc "$src/flannel/main.go"; then echo "kube-build: could not drop the tencentvpc backend" >&2; exit 1; fi
+  (cd "$src/flannel" && CGO_ENABLED=1 go build -trimpath \
+    -ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL" -o "$BIN/flanneld.tmp" .)
+  mv "$BIN/flanneld.tmp" "$BIN/flanneld"
 fi
 echo "kube-build: done in $(( $(date +%s) - start )) s: $BIN"

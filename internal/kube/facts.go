@@ -28,6 +28,13 @@ const (
 	// kube-proxy DaemonSet nor a kube-proxy ConfigMap (kube-proxy runs outside the cluster's
 	// objects, or not at all, e.g. replaced by the CNI).
 	KubeProxyUnmanaged = "unknown (kube-proxy not managed in-cluster)"
+	// FlannelByAnnotation is the "cni" fact when no known CNI DaemonSet is found but the run's
+	// nodes carry flanneld's annotations: flanneld runs outside the cluster's objects (as k3s
+	// embeds it, or the project's test cluster runs it).
+	FlannelByAnnotation = "flannel (by node annotations; no DaemonSet)"
+	// flannelBackendAnnotation is where flanneld (--kube-subnet-mgr, default prefix) writes
+	// its backend type on its Node.
+	flannelBackendAnnotation = "flannel.alpha.coreos.com/backend-type"
 )
 
 // cniNamespaces are searched for CNI DaemonSets: kube-system first, then the namespaces the
@@ -60,8 +67,10 @@ var cniRules = []cniRule{
 //   - "node_kernel", "node_os", "node_cpu" (allocatable/capacity CPU), "container_runtime":
 //     maps from each of the run's node names to the value in the node's status;
 //   - "cni": the CNI recognised from DaemonSets in cniNamespaces (see cniRules), several
-//     joined with "+" (canal is "calico+flannel"), else UnknownCNI; "cni_daemonsets" lists
-//     the matching DaemonSets as namespace/name;
+//     joined with "+" (canal is "calico+flannel"), else FlannelByAnnotation when the run's
+//     nodes carry flanneld's backend annotation, else UnknownCNI; "cni_daemonsets" lists
+//     the matching DaemonSets as namespace/name; "flannel_backend" the backend types in the
+//     nodes' flannel annotations (vxlan, host-gw, ...), when there are any;
 //   - "kube_proxy_mode": from the kube-system/kube-proxy ConfigMap's config.conf (an empty
 //     mode is iptables), else from the kube-proxy DaemonSet's --proxy-mode, else
 //     KubeProxyUnmanaged;
@@ -88,6 +97,7 @@ func (c *Cluster) readFacts(ctx context.Context) (map[string]any, error) {
 	}
 
 	kernel, osImage, cpu, runtime := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
+	var flannelBackends []string
 	for _, cn := range c.nodes {
 		n, err := c.cs.CoreV1().Nodes().Get(ctx, cn.Name, metav1.GetOptions{})
 		if apiUnreachable(err) {
@@ -97,6 +107,9 @@ func (c *Cluster) readFacts(ctx context.Context) (map[string]any, error) {
 			u := unknown("get node %s: %v", cn.Name, err)
 			kernel[cn.Name], osImage[cn.Name], cpu[cn.Name], runtime[cn.Name] = u, u, u, u
 			continue
+		}
+		if b := n.Annotations[flannelBackendAnnotation]; b != "" && !slices.Contains(flannelBackends, b) {
+			flannelBackends = append(flannelBackends, b)
 		}
 		ni := n.Status.NodeInfo
 		kernel[cn.Name] = orUnknown(ni.KernelVersion, "the node status reports no kernel version")
@@ -134,9 +147,15 @@ func (c *Cluster) readFacts(ctx context.Context) (map[string]any, error) {
 		}
 	}
 	cni, matched := detectCNI(all)
+	if len(flannelBackends) > 0 {
+		slices.Sort(flannelBackends)
+		facts["flannel_backend"] = strings.Join(flannelBackends, ",")
+	}
 	switch {
 	case cni != "":
 		facts["cni"], facts["cni_daemonsets"] = cni, matched
+	case len(flannelBackends) > 0:
+		facts["cni"] = FlannelByAnnotation
 	case sysErr != nil:
 		facts["cni"] = unknown("list DaemonSets in %s: %v", kubeSystem, sysErr)
 	default:

@@ -156,6 +156,41 @@ func TestFactsCNI(t *testing.T) {
 	}
 }
 
+// flanneld run outside DaemonSets (k3s, the project's test cluster) is known by the backend
+// annotation it writes on its Node; with a flannel DaemonSet the backend is reported too.
+func TestFactsFlannelAnnotations(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		backend       string
+		objs          []runtime.Object
+		cni, backends string
+	}{
+		{"annotations only", "vxlan", nil, FlannelByAnnotation, "vxlan"},
+		{"with its DaemonSet", "host-gw", []runtime.Object{sysDS("kube-flannel-ds", ct{"kube-flannel", "docker.io/flannel/flannel:v0.28.10"})}, "flannel", "host-gw"},
+		{"another CNI's DaemonSet wins", "vxlan", []runtime.Object{sysDS("calico-node", ct{"calico-node", "docker.io/calico/node:v3.29.1"})}, "calico", "vxlan"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, cs := factsCluster(t, Config{}, tc.objs...)
+			n, err := cs.CoreV1().Nodes().Get(context.Background(), "worker-a", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.Annotations = map[string]string{"flannel.alpha.coreos.com/backend-type": tc.backend, "flannel.alpha.coreos.com/kube-subnet-manager": "true"}
+			if _, err := cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			f := facts(t, c)
+			if f["cni"] != tc.cni || f["flannel_backend"] != tc.backends {
+				t.Errorf("cni %q flannel_backend %v, want %q %q", f["cni"], f["flannel_backend"], tc.cni, tc.backends)
+			}
+		})
+	}
+	c, _ := factsCluster(t, Config{})
+	if b, ok := facts(t, c)["flannel_backend"]; ok {
+		t.Errorf("flannel_backend %v without annotations", b)
+	}
+}
+
 func TestFactsKubeProxyMode(t *testing.T) {
 	kp := func(args ...string) *appsv1.DaemonSet {
 		return daemonSet(kubeSystem, "kube-proxy", []ct{{"kube-proxy", "registry.k8s.io/kube-proxy:v1.34.1"}}, nil, args...)

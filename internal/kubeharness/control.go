@@ -39,6 +39,8 @@ func (h *Harness) certs() error {
 		{"controller-manager", "system:kube-controller-manager", nil, nil},
 		{"scheduler", "system:kube-scheduler", nil, nil},
 		{"kube-proxy", "system:kube-proxy", nil, nil},
+		// flanneld patches Node objects (kube-flannel.yml's ClusterRole; here an admin).
+		{"flannel", "cnibench-flannel", []string{"system:masters"}, nil},
 	}
 	for _, n := range h.nodes {
 		steps = append(steps, struct {
@@ -55,7 +57,7 @@ func (h *Harness) certs() error {
 	if err := p.serviceAccountKey(); err != nil {
 		return err
 	}
-	for _, c := range []string{"controller-manager", "scheduler", "kube-proxy", "admin"} {
+	for _, c := range []string{"controller-manager", "scheduler", "kube-proxy", "flannel", "admin"} {
 		if err := p.kubeconfig(p.path(c+".kubeconfig"), h.apiURL(), c); err != nil {
 			return err
 		}
@@ -158,12 +160,18 @@ func (h *Harness) controlPlane(ctx context.Context) error {
 	if err := h.startRelay(); err != nil {
 		return err
 	}
-	if err := h.start("kube-controller-manager", n0.ns, bin("kube-controller-manager"),
-		"--kubeconfig="+p("controller-manager.kubeconfig"), "--authentication-kubeconfig="+p("controller-manager.kubeconfig"),
-		"--authorization-kubeconfig="+p("controller-manager.kubeconfig"), "--leader-elect=false",
-		"--service-account-private-key-file="+p("sa.key"), "--root-ca-file="+p("ca.crt"),
-		"--use-service-account-credentials=true", "--cluster-cidr="+clusterCIDR, "--service-cluster-ip-range="+serviceCIDR,
-		"--bind-address=127.0.0.1", "--secure-port=10257"); err != nil {
+	cm := []string{bin("kube-controller-manager"),
+		"--kubeconfig=" + p("controller-manager.kubeconfig"), "--authentication-kubeconfig=" + p("controller-manager.kubeconfig"),
+		"--authorization-kubeconfig=" + p("controller-manager.kubeconfig"), "--leader-elect=false",
+		"--service-account-private-key-file=" + p("sa.key"), "--root-ca-file=" + p("ca.crt"),
+		"--use-service-account-credentials=true", "--cluster-cidr=" + clusterCIDR, "--service-cluster-ip-range=" + serviceCIDR,
+		"--bind-address=127.0.0.1", "--secure-port=10257"}
+	if flannelBackend(h.cfg.CNI) != "" {
+		// flanneld's --kube-subnet-mgr takes each node's subnet from its Node's pod CIDR (as
+		// kubeadm's --pod-network-cidr sets up); the bridge network's subnets are the harness's.
+		cm = append(cm, "--allocate-node-cidrs=true", "--node-cidr-mask-size=24")
+	}
+	if err := h.start("kube-controller-manager", n0.ns, cm...); err != nil {
 		return err
 	}
 	return h.start("kube-scheduler", n0.ns, bin("kube-scheduler"), "--kubeconfig="+p("scheduler.kubeconfig"),
@@ -210,5 +218,10 @@ func (h *Harness) writeFile(path, content string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(content), 0o644)
+	// Whole or not at all: containerd reads its CNI directory as files appear in it.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -34,6 +35,7 @@ type Config struct {
 	Dir       string // work directory (default /var/tmp/cnibench-kube/<prefix>)
 	Bin       string // directory with kube-apiserver, kubelet, ... (scripts/kube-build.sh)
 	ProxyMode string // iptables (default) or nftables
+	CNI       string // the pod network: CNIBridge (default), CNIFlannel or CNIFlannelHostGW
 	Image     string // tools image tarball to import on every node ("" = none)
 	Log       io.Writer
 }
@@ -114,7 +116,17 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 	if cfg.Dir == "" {
 		cfg.Dir = filepath.Join(Root, cfg.Prefix)
 	}
-	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"} {
+	if cfg.CNI == "" {
+		cfg.CNI = CNIBridge
+	}
+	if !slices.Contains(CNIs, cfg.CNI) {
+		return nil, fmt.Errorf("unknown CNI %q (valid: %s)", cfg.CNI, strings.Join(CNIs, ", "))
+	}
+	bins := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
+	if flannelBackend(cfg.CNI) != "" {
+		bins = append(bins, "flanneld")
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(cfg.Bin, b)); err != nil {
 			return nil, fmt.Errorf("missing %s in %s: run scripts/kube-build.sh", b, cfg.Bin)
 		}
@@ -164,10 +176,11 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 		h.nodes = append(h.nodes, nodeInfo{name: n.Name, ns: ns, ip: n.IP, podCIDR: fmt.Sprintf("10.244.%d.0/24", i),
 			dir: filepath.Join(cfg.Dir, n.Name), cgroupRoot: "/" + cfg.Prefix + "-" + n.Name})
 	}
-	// Native routes between the nodes' pod CIDRs (as the bridge CNI has no agent).
+	// Native routes between the nodes' pod CIDRs, as the bridge CNI has no agent (flanneld
+	// routes by itself).
 	for _, a := range h.nodes {
 		for _, b := range h.nodes {
-			if a.name != b.name {
+			if a.name != b.name && cfg.CNI == CNIBridge {
 				if err := run("nsenter", "--net="+netns.Path(a.ns), "--", "ip", "route", "add", b.podCIDR, "via", b.ip); err != nil {
 					return h, err
 				}
@@ -199,6 +212,11 @@ func run(argv ...string) error {
 // start runs argv inside a node's network namespace (nsenter execs the binary, so the PID is
 // the binary's), logging to DIR/logs/NAME.log.
 func (h *Harness) start(name, ns string, argv ...string) error {
+	return h.startEnv(name, ns, nil, argv...)
+}
+
+// startEnv is start with env added to the harness's environment.
+func (h *Harness) startEnv(name, ns string, env []string, argv ...string) error {
 	logDir := filepath.Join(h.cfg.Dir, "logs")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
@@ -209,6 +227,9 @@ func (h *Harness) start(name, ns string, argv ...string) error {
 	}
 	cmd := exec.Command("nsenter", append([]string{"--net=" + netns.Path(ns), "--"}, argv...)...)
 	cmd.Stdout, cmd.Stderr = f, f
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = procs.Attr()
 	h.starter.do(func() { err = cmd.Start() })
 	if err != nil {

@@ -37,7 +37,7 @@ func binDir() string {
 // UpForTest brings a cluster up for a test and registers its teardown, which also checks that
 // nothing is left behind. It returns the CLI built for the test (buildCLI), which is also the
 // tools image's cnibench (the packet engine runs it in pods).
-func upForTest(t *testing.T, mode string) (*Harness, string) {
+func upForTest(t *testing.T, mode, cni string) (*Harness, string) {
 	t.Helper()
 	// make test and make e2e set CNIBENCH_KUBE_E2E=1 after building the binaries: there a
 	// missing binary is a failure, not a skip.
@@ -63,7 +63,7 @@ func upForTest(t *testing.T, mode string) (*Harness, string) {
 		t.Fatal(err)
 	}
 	before := hostState(t)
-	h, err := Up(context.Background(), Config{Prefix: prefix, Bin: binDir(), ProxyMode: mode, Image: img, Log: testWriter{t}})
+	h, err := Up(context.Background(), Config{Prefix: prefix, Bin: binDir(), ProxyMode: mode, CNI: cni, Image: img, Log: testWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,11 +133,13 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestRealCluster brings the two-node cluster up (kube-proxy in iptables mode), runs the
-// workloads through the kube backend directly and then the whole CLI against it, and tears it
-// down to nothing (checked in upForTest's cleanup).
+// TestRealCluster brings the two-node cluster up (real Flannel, VXLAN backend; kube-proxy in
+// iptables mode), runs the workloads through the kube backend directly and then the whole CLI
+// against it, and tears it down to nothing (checked in upForTest's cleanup).
 func TestRealCluster(t *testing.T) {
-	h, bin := upForTest(t, "iptables")
+	h, bin := upForTest(t, "iptables", CNIFlannel)
+	t.Run("flannel", func(t *testing.T) { flannelOnCluster(t, h) })
+	t.Run("flannel-objects", func(t *testing.T) { flannelObjects(t, h) })
 	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
 	t.Run("cli", func(t *testing.T) { cliOnCluster(t, h, bin, "--plan", "../../plans/quick.yaml") })
 	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s") })
@@ -188,7 +190,7 @@ func vnfOnCluster(t *testing.T, h *Harness, bin string) {
 
 // cliScale runs issue 4's scenarios on the real cluster: p2s with 50 extra Services whose
 // endpoints are silent pods on kwok fake nodes (kube-proxy programs them all), HTTP through a
-// Service to two nginx replicas, and p2p-policies, which the bridge CNI cannot enforce: the
+// Service to two nginx replicas, and p2p-policies, which Flannel cannot enforce: the
 // enforcement probe makes those cases skipped with the reason, never measured as if enforced.
 func cliScale(t *testing.T, h *Harness, bin string) {
 	cliOnCluster(t, h, bin, "--fake-nodes", "2", "--kwok", filepath.Join(binDir(), "kwok"),
@@ -198,7 +200,7 @@ func cliScale(t *testing.T, h *Harness, bin string) {
 	sum := cliSummary(t, h, bin, false, "--scenario", "p2p-policies", "--placement", "inter", "--protocol", "tcp", "--pods", "2")
 	for _, r := range sum.Results {
 		if r.Status != "skipped" || !strings.Contains(r.Reason, kube.NotEnforcedDetail) {
-			t.Errorf("%s on the bridge CNI: %s (%s), want skipped: %s", r.Case.ID, r.Status, r.Reason, kube.NotEnforcedDetail)
+			t.Errorf("%s on Flannel: %s (%s), want skipped: %s", r.Case.ID, r.Status, r.Reason, kube.NotEnforcedDetail)
 		}
 	}
 }
@@ -329,7 +331,8 @@ func assertNoFakeNodes(t *testing.T, h *Harness) {
 }
 
 // probeOnCluster checks the environment facts and the NetworkPolicy enforcement probe on the
-// harness cluster: the bridge CNI does not enforce policies, and the probe must say so.
+// harness cluster: flanneld runs outside DaemonSets and is known by its node annotations;
+// Flannel does not enforce policies, and the probe must say so.
 func probeOnCluster(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	cl, err := kube.New(ctx, kube.Config{Kubeconfig: h.Kubeconfig, RunID: "probe-test"})
@@ -341,22 +344,25 @@ func probeOnCluster(t *testing.T, h *Harness) {
 	if v, _ := info["kubernetes_version"].(string); v != "v1.34.10" {
 		t.Errorf("kubernetes_version %v", info["kubernetes_version"])
 	}
-	if cni, _ := info["cni"].(string); !strings.HasPrefix(cni, "unknown") {
-		t.Errorf("cni %q: the harness runs the bridge plugin, no CNI DaemonSet", cni)
+	if info["cni"] != kube.FlannelByAnnotation || info["flannel_backend"] != "vxlan" {
+		t.Errorf("cni %q flannel_backend %v: the harness runs flanneld (vxlan) outside DaemonSets", info["cni"], info["flannel_backend"])
 	}
 	enforced, detail, err := cl.ProbePolicyEnforcement(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if enforced || detail != kube.NotEnforcedDetail {
-		t.Errorf("probe on the bridge CNI: enforced=%v %q, want not enforced", enforced, detail)
+		t.Errorf("probe on Flannel: enforced=%v %q, want not enforced", enforced, detail)
 	}
 	t.Logf("facts: cni=%v kube_proxy_mode=%v; probe: %s", info["cni"], info["kube_proxy_mode"], detail)
 }
 
-// TestRealClusterNFTables runs the CLI against the cluster with kube-proxy in nftables mode.
+// TestRealClusterNFTables runs the CLI against the cluster with kube-proxy in nftables mode
+// and real Flannel's host-gw backend.
 func TestRealClusterNFTables(t *testing.T) {
-	h, bin := upForTest(t, "nftables")
+	h, bin := upForTest(t, "nftables", CNIFlannelHostGW)
+	t.Run("flannel", func(t *testing.T) { flannelOnCluster(t, h) })
+	t.Run("flannel-objects", func(t *testing.T) { flannelObjects(t, h) })
 	cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr")
 	// Services through kube-proxy's nftables mode: every protocol, intra and inter node.
 	cliOnCluster(t, h, bin, "--scenario", "p2s")
@@ -587,8 +593,10 @@ func backendOnCluster(t *testing.T, h *Harness) {
 			t.Logf("%s %s %s: %s=%.4g", tc.sc, tc.pl, tc.proto, tc.metric, m.Metrics[tc.metric])
 		})
 	}
-	// The pod MTU was read in the first pod (the harness's bridge network: 1500).
-	if mtu := cl.Facts().Record()["pod_mtu"]; mtu != 1500 {
-		t.Errorf("pod_mtu %v, want 1500", mtu)
+	// The pod MTU was read in the first pod: 1500 less VXLAN's 50 bytes on Flannel's VXLAN
+	// backend, the underlay's 1500 on the others (a held cluster's network is not known).
+	want := map[string]int{CNIFlannel: 1450, CNIFlannelHostGW: 1500, CNIBridge: 1500}[h.cfg.CNI]
+	if mtu := cl.Facts().Record()["pod_mtu"]; want != 0 && mtu != want {
+		t.Errorf("pod_mtu %v, want %d", mtu, want)
 	}
 }

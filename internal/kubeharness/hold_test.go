@@ -8,7 +8,8 @@ import (
 
 // TestHold keeps a harness cluster up for exploration: CNIBENCH_KUBE_HOLD=FILE writes the
 // kubeconfig path to FILE and tears down once FILE is removed. CNIBENCH_KUBE_HOLD_PROXY
-// chooses kube-proxy's mode: iptables (default) or nftables.
+// chooses kube-proxy's mode: iptables (default) or nftables; CNIBENCH_KUBE_HOLD_CNI the pod
+// network: flannel (default), flannel-hostgw or bridge (Config.CNI).
 func TestHold(t *testing.T) {
 	f := os.Getenv("CNIBENCH_KUBE_HOLD")
 	if f == "" {
@@ -22,7 +23,11 @@ func TestHold(t *testing.T) {
 	default:
 		t.Fatalf("CNIBENCH_KUBE_HOLD_PROXY=%q: want iptables or nftables", mode)
 	}
-	h, _ := upForTest(t, mode)
+	cni := os.Getenv("CNIBENCH_KUBE_HOLD_CNI")
+	if cni == "" {
+		cni = CNIFlannel
+	}
+	h, _ := upForTest(t, mode, cni)
 	if err := os.WriteFile(f, []byte(h.Kubeconfig+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

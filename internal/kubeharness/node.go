@@ -18,10 +18,14 @@ import (
 func (h *Harness) node(ctx context.Context, n nodeInfo) error {
 	d := func(rel string) string { return filepath.Join(n.dir, rel) }
 	sock := d("containerd.sock")
-	cni := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"cbr0","plugins":[{"type":"bridge","bridge":"cni0","isGateway":true,
+	if h.cfg.CNI == CNIBridge {
+		cni := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"cbr0","plugins":[{"type":"bridge","bridge":"cni0","isGateway":true,
 "ipMasq":false,"hairpinMode":true,"ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"routes":[{"dst":"0.0.0.0/0"}],
 "dataDir":%q}}]}`, n.podCIDR, d("ipam"))
-	if err := h.writeFile(d("net.d/10-bridge.conflist"), cni); err != nil {
+		if err := h.writeFile(d("net.d/10-bridge.conflist"), cni); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(d("net.d"), 0o755); err != nil { // flannel's comes once flanneld has a subnet
 		return err
 	}
 	ctrd := fmt.Sprintf(`version = 2
@@ -118,7 +122,13 @@ iptables: {localhostNodePorts: false}
 	if err := h.writeFile(d("kube-proxy.yaml"), proxy); err != nil {
 		return err
 	}
-	return h.start("kube-proxy-"+n.name, n.ns, filepath.Join(h.cfg.Bin, "kube-proxy"), "--config="+d("kube-proxy.yaml"))
+	if err := h.start("kube-proxy-"+n.name, n.ns, filepath.Join(h.cfg.Bin, "kube-proxy"), "--config="+d("kube-proxy.yaml")); err != nil {
+		return err
+	}
+	if flannelBackend(h.cfg.CNI) != "" {
+		return h.flannel(n)
+	}
+	return nil
 }
 
 func waitFile(path string, timeout time.Duration) error {

@@ -83,6 +83,9 @@ func (l *Lab) buildUnderlay() error {
 	return nil
 }
 
+// NodeLink is the name of a node's link to the underlay, inside the node's namespace.
+const NodeLink = "eth0"
+
 // plugNode joins a node namespace to the underlay bridge with a veth pair created inside the
 // fabric namespace (its peer goes straight into the node: nothing touches the root namespace).
 func (l *Lab) plugNode(i int, n *node) error {
@@ -97,7 +100,7 @@ func (l *Lab) plugNode(i int, n *node) error {
 			return err
 		}
 		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("n%d", i), MTU: l.cfg.MTU},
-			PeerName: "eth0", PeerNamespace: netlink.NsFd(int(nodeNS))}
+			PeerName: NodeLink, PeerNamespace: netlink.NsFd(int(nodeNS))}
 		if err := h.LinkAdd(v); err != nil {
 			return fmt.Errorf("underlay veth: %w", err)
 		}
@@ -166,6 +169,9 @@ func (l *Lab) buildPodNetwork() error {
 	}
 	for _, n := range nodes {
 		if err := l.dp.Attach.SetupNode(n); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		if err := l.dp.Agent.SetupNode(n); err != nil {
 			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		for _, m := range nodes {

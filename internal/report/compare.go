@@ -324,7 +324,7 @@ func (g *grid) label(runs []Run) {
 }
 
 // factKeys are the environment facts shown under a comparison, in this order.
-var factKeys = []string{"kubernetes_version", "cni", "kube_proxy_mode", "pod_mtu"}
+var factKeys = []string{"kubernetes_version", "cni", "flannel_backend", "kube_proxy_mode", "pod_mtu"}
 
 // facts lists the environment facts that matter for a column: the kernel (the nodes' on a
 // cluster, the host's on the lab), then factKeys from the data plane's info when present.

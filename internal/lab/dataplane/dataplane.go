@@ -132,14 +132,18 @@ var (
 	overlays = &registry[Overlay]{kind: "overlay"}
 	proxies  = &registry[Proxy]{kind: "proxy"}
 	policies = &registry[Policy]{kind: "policy engine"}
+	agents   = &registry[Agent]{kind: "node agent"}
 )
 
 // RegisterAttach, RegisterOverlay, RegisterProxy and RegisterPolicy make an engine known; its
 // file calls them from init. A name registered twice panics.
 func RegisterAttach(a Attach)   { attaches.add(a) }
 func RegisterOverlay(o Overlay) { overlays.add(o) }
-func RegisterProxy(p Proxy)     { proxies.add(p) }
-func RegisterPolicy(p Policy)   { policies.add(p) }
+
+// RegisterAgent makes a node agent known (see RegisterAttach).
+func RegisterAgent(a Agent)   { agents.add(a) }
+func RegisterProxy(p Proxy)   { proxies.add(p) }
+func RegisterPolicy(p Policy) { policies.add(p) }
 
 // Proxies lists the registered Service implementations ("none" last).
 func Proxies() []string { return proxies.names() }

@@ -38,6 +38,24 @@ func TestResolveParts(t *testing.T) {
 	}
 }
 
+// A preset's node agent is resolved with its parts (none when it names none); an agent
+// nobody built makes the preset unbuilt; the agent's needs are the preset's.
+func TestResolveAgent(t *testing.T) {
+	for dp, want := range map[string]string{"flannel": "flanneld", "flannel-hostgw": "flanneld", "calico": None, "bare": None} {
+		p, err := Resolve(dp, "", "")
+		if err != nil || p.Agent == nil || p.Agent.Name() != want {
+			t.Errorf("%s: agent %v (%v), want %s", dp, p.Agent, err, want)
+		}
+	}
+	if m := (Preset{Name: "x", Attach: "bridge", Overlay: None, Agent: "weaver"}).Missing(); m != "node agent weaver is not built yet" {
+		t.Errorf("missing agent: %q", m)
+	}
+	p, _ := Resolve("flannel-hostgw", "none", "")
+	if who, need, _ := p.Lacks(func(n string) (bool, string) { return n != "iptables-nft", "absent" }); who != "agent flanneld" || need != "iptables-nft" {
+		t.Errorf("lacks %q %q, want the agent's iptables-nft", who, need)
+	}
+}
+
 // A preset of a part nobody built, for the "not built yet" path (every shipped preset is).
 func init() {
 	RegisterPreset(Preset{Name: "test-unbuilt", Attach: "sriov", Overlay: None, Proxy: None, Policy: None, Emulates: "a test preset"})

@@ -51,6 +51,14 @@ type Overlay interface {
 	Facts(p Preset) map[string]any
 }
 
+// Agent is what a CNI's node agent programs besides the pods' attachment and the overlay: its
+// own forwarding and NAT rules (flanneld's FLANNEL-FWD and FLANNEL-POSTRTG chains).
+type Agent interface {
+	Part
+	// SetupNode programs a node (after its overlay and attach set-up).
+	SetupNode(n Node) error
+}
+
 // Proxy is a Service implementation.
 type Proxy interface {
 	Part

@@ -18,6 +18,9 @@ type Preset struct {
 	Attach, Overlay, Proxy, Policy string
 	Emulates                       string
 	VXLAN                          VXLAN // when Overlay is vxlan
+	// Agent is the node agent's own rules ("" = none): not a label of the cases, part of
+	// what the preset emulates.
+	Agent string
 	// Baseline marks the pseudo-dataplanes without a CNI (bare, node2node): a scenario names
 	// them itself; they are not offered as presets.
 	Baseline bool
@@ -40,9 +43,9 @@ func RegisterPreset(p Preset) {
 
 func init() {
 	for _, p := range []Preset{
-		{Name: "flannel", Attach: "bridge", Overlay: "vxlan", Proxy: "iptables", Policy: None,
+		{Name: "flannel", Attach: "bridge", Overlay: "vxlan", Proxy: "iptables", Policy: None, Agent: "flanneld",
 			Emulates: "Flannel (vxlan backend) + kube-proxy", VXLAN: VXLAN{Dev: "flannel.1", VNI: 1, Port: 8472}},
-		{Name: "flannel-hostgw", Attach: "bridge", Overlay: None, Proxy: "iptables", Policy: None,
+		{Name: "flannel-hostgw", Attach: "bridge", Overlay: None, Proxy: "iptables", Policy: None, Agent: "flanneld",
 			Emulates: "Flannel host-gw backend + kube-proxy"},
 		{Name: "calico", Attach: "routed", Overlay: None, Proxy: "iptables", Policy: "iptables",
 			Emulates: "Calico BGP mode (routed /32 veths, proxy ARP)"},
@@ -119,7 +122,18 @@ func (p Preset) Missing() string {
 	if _, ok := overlays.get(p.Overlay); !ok {
 		return fmt.Sprintf("overlay %s is not built yet", p.Overlay)
 	}
+	if _, ok := agents.get(p.agent()); !ok {
+		return fmt.Sprintf("node agent %s is not built yet", p.agent())
+	}
 	return ""
+}
+
+// agent is the preset's node agent, None when it has none.
+func (p Preset) agent() string {
+	if p.Agent == "" {
+		return None
+	}
+	return p.Agent
 }
 
 // Effective returns the proxy and policy engine the preset's cases run with when no override
@@ -142,6 +156,7 @@ type Parts struct {
 	Overlay Overlay
 	Proxy   Proxy
 	Policy  Policy
+	Agent   Agent
 }
 
 // Resolve returns the parts of a preset with the given proxy and policy overrides ("" = the
@@ -159,6 +174,7 @@ func Resolve(dataplane, proxyName, policyName string) (Parts, error) {
 	parts := Parts{Preset: p}
 	parts.Attach, _ = attaches.get(p.Attach)
 	parts.Overlay, _ = overlays.get(p.Overlay)
+	parts.Agent, _ = agents.get(p.agent())
 	proxyEff, policyEff := p.Effective()
 	if proxyName == "" || !parts.Attach.PodNetwork() {
 		proxyName = proxyEff
@@ -194,7 +210,7 @@ func (p Parts) Lacks(has func(need string) (bool, string)) (who, need, why strin
 		needs []string
 	}
 	reqs := []req{{"lab", hostNeeds}, {"attach " + p.Attach.Name(), p.Attach.Needs()}, {"overlay " + p.Overlay.Name(), p.Overlay.Needs()},
-		{"proxy " + p.Proxy.Name(), p.Proxy.Needs()}, {"policy " + p.Policy.Name(), p.Policy.Needs()}}
+		{"proxy " + p.Proxy.Name(), p.Proxy.Needs()}, {"policy " + p.Policy.Name(), p.Policy.Needs()}, {"agent " + p.Agent.Name(), p.Agent.Needs()}}
 	if p.StackFiltered() {
 		reqs = append(reqs, req{"attach " + p.Attach.Name() + " with Services or policies", p.Attach.FilterNeeds()})
 	}

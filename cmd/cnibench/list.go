@@ -136,7 +136,7 @@ type partKind struct {
 // partKinds are the lab's engine registries, in the order list shows them.
 func partKinds() []partKind {
 	return []partKind{{"attach", asParts(dataplane.AttachKinds())}, {"overlay", asParts(dataplane.OverlayKinds())},
-		{"proxy", asParts(dataplane.ProxyEngines())}, {"policy", asParts(dataplane.PolicyEngineList())}}
+		{"proxy", asParts(dataplane.ProxyEngines())}, {"policy", asParts(dataplane.PolicyEngineList())}, {"agent", asParts(dataplane.Agents())}}
 }
 
 func asParts[T dataplane.Part](ts []T) []dataplane.Part {

@@ -160,3 +160,6 @@ func PolicyEngineList() []Policy { return policies.all() }
 // AttachKinds and OverlayKinds return the registered attach kinds and overlays.
 func AttachKinds() []Attach   { return attaches.all() }
 func OverlayKinds() []Overlay { return overlays.all() }
+
+// Agents returns the registered node agents.
+func Agents() []Agent { return agents.all() }

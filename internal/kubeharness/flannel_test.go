@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -74,42 +75,17 @@ func TestFlannelSubnetEnvAndConflist(t *testing.T) {
 // route via its VTEP address, the permanent neighbour with its VTEP's MAC and the FDB entry to
 // its node address; with host-gw the route via the other node's address; its iptables chains.
 func flannelOnCluster(t *testing.T, h *Harness) {
-	ctx := context.Background()
-	nodes, err := clientset(t, h.Kubeconfig).CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	backend := flannelBackend(h.cfg.CNI)
-	type fnode struct {
-		info   nodeInfo
-		subnet *net.IPNet
-		mac    string // the VTEP's, from the backend data annotation
-	}
-	var fn []fnode
-	for _, n := range h.nodes {
-		for _, o := range nodes.Items {
-			if o.Name != n.name {
-				continue
-			}
-			a := o.Annotations
-			if a["flannel.alpha.coreos.com/backend-type"] != backend || a["flannel.alpha.coreos.com/public-ip"] != n.ip || a["flannel.alpha.coreos.com/kube-subnet-manager"] != "true" {
-				t.Errorf("node %s: flannel annotations %v, want backend %s, public IP %s", n.name, a, backend, n.ip)
-			}
-			_, sn, err := net.ParseCIDR(o.Spec.PodCIDR)
-			if err != nil {
-				t.Fatalf("node %s: pod CIDR %q: %v", n.name, o.Spec.PodCIDR, err)
-			}
-			var bd struct{ VtepMAC string }
-			_ = json.Unmarshal([]byte(a["flannel.alpha.coreos.com/backend-data"]), &bd)
-			fn = append(fn, fnode{n, sn, bd.VtepMAC})
-			env, err := readSubnetEnv(filepath.Join(n.dir, "flannel", "subnet.env"))
-			if err != nil || env.Subnet.String() != sn.String() {
-				t.Errorf("node %s: subnet file %+v (%v), want subnet %s", n.name, env, err, sn)
-			}
+	fn := flannelLeases(t, h)
+	for _, l := range fn {
+		a, n := l.annotations, l.info
+		if a["flannel.alpha.coreos.com/backend-type"] != backend || a["flannel.alpha.coreos.com/public-ip"] != n.ip || a["flannel.alpha.coreos.com/kube-subnet-manager"] != "true" {
+			t.Errorf("node %s: flannel annotations %v, want backend %s, public IP %s", n.name, a, backend, n.ip)
 		}
-	}
-	if len(fn) != len(h.nodes) {
-		t.Fatalf("%d of %d nodes found", len(fn), len(h.nodes))
+		env, err := readSubnetEnv(filepath.Join(n.dir, "flannel", "subnet.env"))
+		if err != nil || env.Subnet.String() != l.subnet.String() {
+			t.Errorf("node %s: subnet file %+v (%v), want subnet %s", n.name, env, err, l.subnet)
+		}
 	}
 	for _, a := range fn {
 		err := netns.WithNetlink(a.info.ns, func(nh *netlink.Handle) error {
@@ -198,34 +174,23 @@ func flannelObjects(t *testing.T, h *Harness) {
 	if _, err := cl.CreatePods(ctx, []cluster.PodSpec{{Name: "fid-a", Node: h.nodes[0].name}, {Name: "fid-b", Node: h.nodes[1].name}}); err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := clientset(t, h.Kubeconfig).CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var subnets [2]*net.IPNet
-	var macs [2]string
-	for i, n := range h.nodes[:2] {
-		for _, o := range nodes.Items {
-			if o.Name == n.name {
-				_, subnets[i], _ = net.ParseCIDR(o.Spec.PodCIDR)
-				var bd struct{ VtepMAC string }
-				_ = json.Unmarshal([]byte(o.Annotations["flannel.alpha.coreos.com/backend-data"]), &bd)
-				macs[i] = bd.VtepMAC
-			}
-		}
-	}
+	fn := flannelLeases(t, h)
 	_, cc, _ := net.ParseCIDR(clusterCIDR)
-	roles := nodedump.Roles{Node: net.ParseIP(h.nodes[0].ip), Peer: net.ParseIP(h.nodes[1].ip), Subnet: subnets[0], PeerSubnet: subnets[1],
-		Cluster: cc, VTEPMAC: macs[0], PeerMAC: macs[1]}
+	roles := nodedump.Roles{Node: net.ParseIP(fn[0].info.ip), Peer: net.ParseIP(fn[1].info.ip), Subnet: fn[0].subnet, PeerSubnet: fn[1].subnet,
+		Cluster: cc, VTEPMAC: fn[0].mac, PeerMAC: fn[1].mac}
 	d, err := nodedump.Take(h.nodes[0].ns, roles, nodedump.Flannel)
 	if err != nil {
 		t.Fatal(err)
 	}
 	name := "real-flannel-" + flannelBackend(h.cfg.CNI) + ".txt"
 	if dir := os.Getenv("CNIBENCH_RECORD_FLANNEL"); dir != "" {
+		version, err := exec.Command(filepath.Join(binDir(), "flanneld"), "--version").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
 		head := fmt.Sprintf("# node0 of the project's test cluster: flanneld %s (--ip-masq --kube-subnet-mgr, backend %s), kube-proxy %s,\n"+
 			"# one pod on each node; addresses named by role (internal/nodedump). Recorded %s.\n",
-			"v0.28.10", flannelBackend(h.cfg.CNI), h.cfg.ProxyMode, time.Now().UTC().Format("2006-01-02"))
+			strings.TrimSpace(string(version)), flannelBackend(h.cfg.CNI), h.cfg.ProxyMode, time.Now().UTC().Format("2006-01-02"))
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(head+d.String()), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -239,4 +204,41 @@ func flannelObjects(t *testing.T, h *Harness) {
 		t.Errorf("node0 of the real cluster differs from the recording %s (record it again with CNIBENCH_RECORD_FLANNEL=DIR if flanneld changed):\nonly live:\n  %s\nonly recorded:\n  %s",
 			name, strings.Join(live, "\n  "), strings.Join(rec, "\n  "))
 	}
+}
+
+// flannelLease is what flanneld registered for a node: its Node's pod CIDR, annotations and
+// the VTEP MAC of its backend data ("" with host-gw).
+type flannelLease struct {
+	info        nodeInfo
+	subnet      *net.IPNet
+	mac         string
+	annotations map[string]string
+}
+
+// flannelLeases reads every harness node's lease from its Node object, in node order.
+func flannelLeases(t *testing.T, h *Harness) []flannelLease {
+	t.Helper()
+	nodes, err := clientset(t, h.Kubeconfig).CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []flannelLease
+	for _, n := range h.nodes {
+		for _, o := range nodes.Items {
+			if o.Name != n.name {
+				continue
+			}
+			_, sn, err := net.ParseCIDR(o.Spec.PodCIDR)
+			if err != nil {
+				t.Fatalf("node %s: pod CIDR %q: %v", n.name, o.Spec.PodCIDR, err)
+			}
+			var bd struct{ VtepMAC string }
+			_ = json.Unmarshal([]byte(o.Annotations["flannel.alpha.coreos.com/backend-data"]), &bd)
+			out = append(out, flannelLease{info: n, subnet: sn, mac: bd.VtepMAC, annotations: o.Annotations})
+		}
+	}
+	if len(out) != len(h.nodes) {
+		t.Fatalf("%d of %d nodes found", len(out), len(h.nodes))
+	}
+	return out
 }

@@ -95,7 +95,7 @@ func runNoise(cmd *cobra.Command, n *noiseFlags) error {
 		return err
 	}
 	runID := time.Now().UTC().Format("20060102T150405Z") + "-noise"
-	sum, out, err := measure(cmd, b, cases, runID, "", runner.Settings{Order: runner.OrderRounds, Seed: time.Now().UnixNano()}, false)
+	sum, out, err := measure(cmd, runBackends{b}, cases, runID, "", runner.Settings{Order: runner.OrderRounds, Seed: time.Now().UnixNano()}, false)
 	if err != nil {
 		return err
 	}

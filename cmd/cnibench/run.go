@@ -140,19 +140,22 @@ Examples:
   cnibench run --scenario p2s --dataplane calico --protocol tcp,rr
   cnibench run --scenario n2s --dataplane calico --proxy iptables,nftables --external-traffic-policy local
   cnibench run --backend kube --scenario p2p --nodes worker-1,worker-2 --fake-nodes 10 --pods 1000
+  cnibench run --backend kube,lab --kubeconfig KC --plan plans/fidelity.yaml   # the lab against the cluster, paired
   cnibench run --scenario baseline --dataplane bare --protocol tcp --repeat 5 --duration 5
   cnibench run --resume runs/20261122T071000Z-quick`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if resume != "" && !cmd.Flags().Changed("backend") {
-				// a resumed run keeps its backend
-				if _, cases, _, err := runner.LoadPlan(resume); err == nil && len(cases) > 0 {
-					backend = cases[0].Case.Backend
-				}
-			}
-			b, err := cluster.BackendNamed(backend)
+			bs, err := parseBackends(backend)
 			if err != nil {
 				return usagef("--backend: %v", err)
+			}
+			if resume != "" && !cmd.Flags().Changed("backend") {
+				// a resumed run keeps its backends
+				if _, cases, _, err := runner.LoadPlan(resume); err == nil && len(cases) > 0 {
+					if bs, err = backendsOf(cases); err != nil {
+						return usagef("--resume %s: %v", resume, err)
+					}
+				}
 			}
 			set := map[string]string{}
 			for name, v := range vals {
@@ -160,28 +163,37 @@ Examples:
 					set[name] = *v
 				}
 			}
-			// The backend's own options; one that is also a plan key (kube's --nodes) is the
+			// The backends' own options; one that is also a plan key (kube's --nodes) is the
 			// backend's when it declares it.
-			given := map[string]string{}
-			for _, o := range b.Options() {
-				if !cmd.Flags().Changed(o.Name) {
-					continue
+			given := map[string]map[string]string{}
+			for _, b := range bs {
+				given[b.Name()] = map[string]string{}
+				for _, o := range b.Options() {
+					if !cmd.Flags().Changed(o.Name) {
+						continue
+					}
+					if o.CaseKey {
+						given[b.Name()][o.Name] = set[o.Name]
+					} else {
+						given[b.Name()][o.Name] = bopts[o.Name]()
+					}
 				}
-				if o.CaseKey {
-					given[o.Name] = set[o.Name]
-					delete(set, o.Name)
-				} else {
-					given[o.Name] = bopts[o.Name]()
+			}
+			for _, b := range bs {
+				for _, o := range b.Options() {
+					if o.CaseKey {
+						delete(set, o.Name)
+					}
 				}
 			}
 			for _, other := range cluster.Backends() {
 				for _, o := range other.Options() {
-					if other.Name() != b.Name() && !o.CaseKey && cmd.Flags().Changed(o.Name) {
+					if bs.named(other.Name()) == nil && !o.CaseKey && cmd.Flags().Changed(o.Name) {
 						return usagef("--%s is a %s backend option: add --backend %s", o.Name, other.Name(), other.Name())
 					}
 				}
 			}
-			return runRun(cmd, planFile, set, b, given, out, resume, output, &sf)
+			return runRun(cmd, planFile, set, bs, given, out, resume, output, &sf)
 		},
 	}
 	f := cmd.Flags()
@@ -214,7 +226,8 @@ Examples:
 			bopts[o.Name] = func() string { return *v }
 		}
 	}
-	f.StringVar(&backend, "backend", "lab", "where pods live: "+strings.Join(backendNames, ", "))
+	f.StringVar(&backend, "backend", "lab", "where pods live: "+strings.Join(backendNames, ", ")+
+		"; several, comma-separated (kube,lab), measure every case on each in one run, paired by round against the first's")
 	f.StringVar(&out, "out", "", "run directory (default runs/<UTC timestamp>-<plan or scenario>)")
 	f.StringVar(&resume, "resume", "", "finish the run in DIR, skipping trials already recorded")
 	f.StringVar(&output, "output", "table", "what to print at the end: table or json")
@@ -222,7 +235,7 @@ Examples:
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluster.Backend, opts map[string]string, out, resume, output string, sf *settingsFlags) error {
+func runRun(cmd *cobra.Command, planFile string, set map[string]string, bs runBackends, opts map[string]map[string]string, out, resume, output string, sf *settingsFlags) error {
 	if output != "table" && output != "json" {
 		return usagef("--output: unknown format %q (valid: table, json)", output)
 	}
@@ -240,10 +253,10 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluste
 			return usageError{err.Error()}
 		}
 		out = resume
-		if len(cases) > 0 && cases[0].Case.Backend != b.Name() {
-			return usagef("--resume %s: the run is on the %s backend, not %s (drop --backend)", resume, cases[0].Case.Backend, b.Name())
+		if on, err := backendsOf(cases); err == nil && on.String() != bs.String() {
+			return usagef("--resume %s: the run is on the %s backend, not %s (drop --backend)", resume, on, bs)
 		}
-	} else if cases, runID, err = expandCases(planFile, set, b); err != nil {
+	} else if cases, runID, err = expandCases(planFile, set, bs); err != nil {
 		return err
 	}
 	if settings, err = sf.settings(cmd, settings, resume != ""); err != nil {
@@ -255,13 +268,10 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluste
 			return usagef("--out %s already holds a run: use --resume %s to finish it, or another --out", out, out)
 		}
 	}
-	if err := b.Configure(opts, runID); err != nil {
+	if err := bs.configure(cmd.Context(), opts, runID, cases); err != nil {
 		return err
 	}
-	if err := b.Preflight(cmd.Context(), cases); err != nil {
-		return err
-	}
-	sum, out, err := measure(cmd, b, cases, runID, out, settings, resume != "")
+	sum, out, err := measure(cmd, bs, cases, runID, out, settings, resume != "")
 	if err != nil {
 		return err
 	}
@@ -287,7 +297,7 @@ func runRun(cmd *cobra.Command, planFile string, set map[string]string, b cluste
 // measure runs checked cases into out ("" = a fresh runs/<runID>): it locks the run
 // directory, records the plan (unless resuming), waits for the host's measuring lock, runs
 // the rounds and tears down on SIGINT, SIGTERM or SIGHUP (exit 130, with how to resume).
-func measure(cmd *cobra.Command, b cluster.Backend, cases []result.CaseSpec, runID, out string, settings runner.Settings, resume bool) (result.Summary, string, error) {
+func measure(cmd *cobra.Command, bs runBackends, cases []result.CaseSpec, runID, out string, settings runner.Settings, resume bool) (result.Summary, string, error) {
 	var err error
 	if !resume && out == "" {
 		// A directory of its own, even for two runs started in the same second.
@@ -329,7 +339,7 @@ func measure(cmd *cobra.Command, b cluster.Backend, cases []result.CaseSpec, run
 	defer hostLock.Release()
 	opt := runner.Options{
 		Dir: out, RunID: runID, Environment: environment(os.Args[1:]), Progress: runner.NewProgress(stderr, tty),
-		NewCluster: b.NewCluster, Standing: b.Standing(), Settings: settings,
+		NewCluster: bs.newCluster, Standing: bs[0].Standing(), Standings: bs.standings(), Settings: settings,
 	}
 	fmt.Fprintf(stderr, "run %s -> %s (pid %d; order %s, seed %d)\n", runID, out, os.Getpid(), settings.Order, settings.Seed)
 	sum, err := runner.Run(ctx, cases, opt)
@@ -354,9 +364,9 @@ func failedCases(sum result.Summary, out string) error {
 	return nil
 }
 
-// expandCases turns --plan and the case flags into the cases the backend runs; errors are
+// expandCases turns --plan and the case flags into the cases the backends run; errors are
 // usage errors.
-func expandCases(planFile string, set map[string]string, b cluster.Backend) ([]result.CaseSpec, string, error) {
+func expandCases(planFile string, set map[string]string, bs runBackends) ([]result.CaseSpec, string, error) {
 	over, err := plan.FromFlags(set)
 	if err != nil {
 		return nil, "", usageError{err.Error()}
@@ -374,14 +384,17 @@ func expandCases(planFile string, set map[string]string, b cluster.Backend) ([]r
 		name = set["scenario"]
 	}
 	groups = plan.Merge(groups, over)
-	cases, err := plan.Expand(groups, catalog(), b.Name(), plan.BuiltinDefaults())
+	cases, err := bs.resolve(func(backend string) ([]result.CaseSpec, error) {
+		cases, err := plan.Expand(groups, catalog(), backend, plan.BuiltinDefaults())
+		if err != nil {
+			return nil, usageError{err.Error()}
+		}
+		if len(cases) == 0 {
+			return nil, usagef("the plan expands to no cases")
+		}
+		return cases, nil
+	})
 	if err != nil {
-		return nil, "", usageError{err.Error()}
-	}
-	if len(cases) == 0 {
-		return nil, "", usagef("the plan expands to no cases")
-	}
-	if cases, err = b.Resolve(cases); err != nil {
 		return nil, "", err
 	}
 	return cases, time.Now().UTC().Format("20060102T150405Z") + "-" + name, nil

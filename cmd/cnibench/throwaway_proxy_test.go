@@ -57,7 +57,7 @@ func TestThrowawayProxyShowsInListPreflightAndLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases, _, err := expandCases("", map[string]string{"scenario": "p2s", "dataplane": "flannel,calico", "placement": "inter",
-		"protocol": "crr", "proxy": "throwaway,iptables"}, lab)
+		"protocol": "crr", "proxy": "throwaway,iptables"}, runBackends{lab})
 	if err != nil {
 		t.Fatalf("expanding a plan that names the throwaway proxy: %v", err)
 	}
@@ -74,7 +74,7 @@ func TestThrowawayProxyShowsInListPreflightAndLabels(t *testing.T) {
 		t.Errorf("labels of %s = attach %q overlay %q proxy %q policy %q, want bridge vxlan throwaway none", c.ID, c.Attach, c.Overlay, c.Proxy, c.Policy)
 	}
 	// An engine nobody registered is bad input naming the valid ones, the throwaway among them.
-	_, _, err = expandCases("", map[string]string{"scenario": "p2s", "dataplane": "flannel", "proxy": "nosuch"}, lab)
+	_, _, err = expandCases("", map[string]string{"scenario": "p2s", "dataplane": "flannel", "proxy": "nosuch"}, runBackends{lab})
 	if err == nil || !strings.Contains(err.Error(), "throwaway") {
 		t.Errorf("an unknown proxy: error %v, want one listing the valid proxies with throwaway", err)
 	}

@@ -143,6 +143,7 @@ func TestRealCluster(t *testing.T) {
 	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
 	t.Run("cli", func(t *testing.T) { cliOnCluster(t, h, bin, "--plan", "../../plans/quick.yaml") })
 	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s") })
+	t.Run("fidelity", func(t *testing.T) { fidelityOnCluster(t, h, bin) })
 	t.Run("n2s", func(t *testing.T) { n2sOnCluster(t, h) })
 	t.Run("reaction", func(t *testing.T) { reactionOnCluster(t, h, bin) })
 	t.Run("rbac", func(t *testing.T) { rbacOnCluster(t, h, bin) })
@@ -515,6 +516,64 @@ func cliOnCluster(t *testing.T, h *Harness, bin string, args ...string) {
 		}
 		if r.Status != want {
 			t.Errorf("%s: status %q (%s), want %s", r.Case.ID, r.Status, r.Reason, want)
+		}
+	}
+}
+
+// fidelityOnCluster runs plans/fidelity.yaml (cut to inter node, TCP and TCP_CRR, two short
+// trials) on the cluster's real Flannel and on the lab's flannel preset in one run
+// (--backend kube,lab): every lab case is paired by round with the cluster's case measuring
+// the same thing, and the Markdown report states each ratio lab/real with its interval.
+func fidelityOnCluster(t *testing.T, h *Harness, bin string) {
+	runDir := filepath.Join(t.TempDir(), "run")
+	out, err := exec.Command(bin, "run", "--backend", "kube,lab", "--kubeconfig", h.Kubeconfig, "--plan", "../../plans/fidelity.yaml",
+		"--placement", "inter", "--protocol", "tcp,crr", "--repeat", "2", "--duration", "1", "--warmup", "0", "--out", runDir).CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("cnibench run --backend kube,lab: %v", err)
+	}
+	sum, err := result.ReadSummary(runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := map[string]string{} // CompareKey -> the cluster's case
+	var lab []result.Case
+	for i, r := range sum.Results {
+		if r.Status != "ok" {
+			t.Errorf("%s on %s: %s (%s)", r.Case.ID, r.Case.Backend, r.Status, r.Reason)
+		}
+		switch {
+		case r.Case.Backend == "kube" && i < 4 && r.Case.Dataplane == "cluster":
+			ref[r.Case.CompareKey()] = r.Case.ID
+		case r.Case.Backend == "lab" && i >= 4 && r.Case.Dataplane == "flannel":
+			lab = append(lab, r.Case)
+		default:
+			t.Errorf("result %d: %s on %s, want the cluster's 4 cases, then the lab's flannel ones", i, r.Case.ID, r.Case.Backend)
+		}
+	}
+	if len(ref) != 4 || len(lab) != 4 {
+		t.Fatalf("%d cluster cases and %d lab cases, want 4 of each", len(ref), len(lab))
+	}
+	md, err := os.ReadFile(filepath.Join(runDir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range lab {
+		var cmp *result.Comparison
+		for i, x := range sum.Comparisons {
+			if x.Case == c.ID && x.Kind == "backend" {
+				cmp = &sum.Comparisons[i]
+			}
+		}
+		switch {
+		case cmp == nil:
+			t.Errorf("%s: no backend comparison", c.ID)
+		case cmp.Reference != ref[c.CompareKey()] || cmp.N != 2 || !(cmp.Ratio > 0.2 && cmp.Ratio < 5) || cmp.CI95Low > cmp.Ratio || cmp.CI95High < cmp.Ratio:
+			t.Errorf("%s vs %s: %+v, want against %s over 2 rounds, a ratio within a factor 5 inside its interval", c.ID, cmp.Reference, cmp.RatioSummary, ref[c.CompareKey()])
+		case !strings.Contains(string(md), fmt.Sprintf("| %s | %s | backend | %s | 2 | %.3f [", c.ID, cmp.Reference, cmp.Metric, cmp.Ratio)):
+			t.Errorf("report.md does not state %s against %s:\n%s", c.ID, cmp.Reference, md)
+		default:
+			t.Logf("lab/real %s: %.3f [%.3f, %.3f]", c.CompareKey(), cmp.Ratio, cmp.CI95Low, cmp.CI95High)
 		}
 	}
 }

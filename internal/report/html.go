@@ -237,10 +237,24 @@ func (p *page) glance(run int, r Run) {
 		}
 	}
 	if len(rows) > 0 {
-		p.s(`<p>Data planes, proxies, policy engines and network functions against each other, paired by round (scale sweeps are compared in each scenario's section):</p>`)
+		p.s(`<p>Backends, data planes, proxies, policy engines and network functions against each other, paired by round (scale sweeps are compared in each scenario's section):</p>`)
 		p.comparisonTable(rows)
 	}
 	p.s(`</section>`)
+}
+
+// Verdict says what a paired comparison means for the reader, and its class (better, worse
+// or same): better or worse by how much (by the metric's direction), or no difference when
+// the interval holds 1.0.
+func Verdict(c result.Comparison) (text, class string) {
+	if !c.Differs() {
+		return "no difference", "same"
+	}
+	d := 100 * math.Abs(c.Ratio-1)
+	if (c.Ratio > 1) == HigherIsBetter(c.Metric) {
+		return fmt.Sprintf("better by %.0f %%", d), "better"
+	}
+	return fmt.Sprintf("worse by %.0f %%", d), "worse"
 }
 
 // comparisonTable lists paired comparisons with their intervals and a verdict the reader can
@@ -248,14 +262,7 @@ func (p *page) glance(run int, r Run) {
 func (p *page) comparisonTable(rows []result.Comparison) {
 	p.s(`<div class="scroll"><table class="verdicts sortable"><thead><tr><th>case</th><th>against</th><th>what differs</th><th>metric</th><th>ratio [95% CI]</th><th>verdict</th></tr></thead><tbody>`)
 	for _, c := range rows {
-		verdict, cls := "no difference", "same"
-		if c.Differs() {
-			better := (c.Ratio > 1) == HigherIsBetter(c.Metric)
-			verdict, cls = fmt.Sprintf("worse by %.0f %%", 100*math.Abs(c.Ratio-1)), "worse"
-			if better {
-				verdict, cls = fmt.Sprintf("better by %.0f %%", 100*math.Abs(c.Ratio-1)), "better"
-			}
-		}
+		verdict, cls := Verdict(c)
 		p.f(`<tr data-case="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td data-v="%g">%.2fx [%.2f, %.2f]</td><td class="%s">%s</td></tr>`,
 			esc(c.Case), esc(c.Case), esc(c.Reference), esc(c.Kind), esc(c.Metric), c.Ratio, c.Ratio, c.CI95Low, c.CI95High, cls, esc(verdict))
 	}

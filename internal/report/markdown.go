@@ -9,8 +9,9 @@ import (
 )
 
 // Markdown writes the report as Markdown: the runs side by side (CompareMarkdown), then for
-// each run seed 001's tables, a pivot table per scenario (a sweep down, data planes across)
-// and what went wrong. The charts are in the HTML report only.
+// each run seed 001's tables, a pivot table per scenario (a sweep down, data planes across),
+// the paired comparisons of variants (backends, data planes, proxies, policy engines, network
+// functions) with their intervals, and what went wrong. The charts are in the HTML report only.
 func Markdown(w io.Writer, runs []Run) error {
 	if err := CompareMarkdown(w, runs); err != nil {
 		return err
@@ -27,6 +28,7 @@ func Markdown(w io.Writer, runs []Run) error {
 		for _, n := range names {
 			mdPivot(w, scenarioPivot(n, by[n]), nil)
 		}
+		mdVariants(w, r.Summary)
 		mdProblems(w, r.Summary)
 	}
 	return nil
@@ -57,6 +59,27 @@ func mdPivot(w io.Writer, pv pivot, cmds map[string][2]string) {
 			row[i] = mdCell(row[i])
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	}
+}
+
+// mdVariants lists the run's paired comparisons of variants: each case against the first
+// case of the run measuring the same thing on another variant, the ratio over the rounds
+// both ran with its 95 % interval, and the verdict.
+func mdVariants(w io.Writer, s result.Summary) {
+	var rows []result.Comparison
+	for _, c := range s.Comparisons {
+		if c.OfVariants() && c.N > 0 {
+			rows = append(rows, c)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\n### Paired comparisons\n\nEach case against the run's first case measuring the same thing on another variant, over the rounds both ran (ratio case/reference, 95 % interval).\n\n")
+	fmt.Fprint(w, "| case | against | what differs | metric | rounds | ratio [95% CI] | verdict |\n|---|---|---|---|---|---|---|\n")
+	for _, c := range rows {
+		v, _ := Verdict(c)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %.3f [%.3f, %.3f] | %s |\n", mdCell(c.Case), mdCell(c.Reference), c.Kind, c.Metric, c.N, c.Ratio, c.CI95Low, c.CI95High, v)
 	}
 }
 

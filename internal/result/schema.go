@@ -378,10 +378,10 @@ type RatioSummary struct {
 }
 
 // OfVariants tells whether a comparison sets two variants of one measurement against each other
-// (another dataplane, proxy, policy engine or network-function kind).
+// (another backend, dataplane, proxy, policy engine or network-function kind).
 func (c Comparison) OfVariants() bool {
 	switch c.Kind {
-	case "dataplane", "proxy", "policy", "nf":
+	case "backend", "dataplane", "proxy", "policy", "nf":
 		return true
 	}
 	return false

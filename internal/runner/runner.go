@@ -102,7 +102,14 @@ type Options struct {
 	NewCluster func(ctx context.Context, k cluster.Key) (cluster.Cluster, error)
 	// Standing is how the backend's clusters may stand together (Backend.Standing).
 	Standing cluster.Standing
-	Settings Settings
+	// Standings, for a run holding the cases of several backends (Case.Backend), is how each
+	// one's clusters stand; a backend not in it stands as Standing. The first backend's cases
+	// are planned into blocks as it stands; a case of another runs in the block of the first's
+	// case measuring the same thing (CompareKey) when its standing allows, so a lab case and a
+	// real cluster's case measuring the same thing interleave in the same rounds, paired by
+	// round; the others run in blocks after.
+	Standings map[string]cluster.Standing
+	Settings  Settings
 	// Environment is recorded in summary.json; each cluster's facts (Facts.Record) are added
 	// under "dataplanes", the settings under "runner".
 	Environment map[string]any
@@ -308,9 +315,17 @@ func (c *caseState) converged(target float64) bool {
 	return c.measured() >= c.cs.Repeat && c.halfWidth() <= target
 }
 
+// standing is how the clusters of a case's backend stand (Options.Standings).
+func (r *run) standing(cs result.CaseSpec) cluster.Standing {
+	if st, ok := r.opt.Standings[cs.Case.Backend]; ok {
+		return st
+	}
+	return r.opt.Standing
+}
+
 // slotKey is the cluster a case runs in: its own with PerCase, else the one of its key.
 func (r *run) slotKey(cs result.CaseSpec) string {
-	if r.opt.Standing.PerCase {
+	if r.standing(cs).PerCase {
 		return "case " + cs.Case.ID
 	}
 	return fmt.Sprintf("%+v", cluster.KeyOf(cs))
@@ -326,7 +341,69 @@ func (r *run) plan() [][]*caseState {
 		}
 		return blocks
 	}
-	st := r.opt.Standing
+	// The cases of each backend (in order of first appearance). The first backend's are
+	// planned as it stands; a case of another joins the block of the first's case measuring
+	// the same thing (CompareKey) when its own standing allows, so the two run in the same
+	// rounds; the rest are planned as their backend stands, in blocks after those.
+	var backends []string
+	by := map[string][]*caseState{}
+	for _, c := range r.cases {
+		b := c.cs.Case.Backend
+		if _, ok := by[b]; !ok {
+			backends = append(backends, b)
+		}
+		by[b] = append(by[b], c)
+	}
+	blocks = planBlocks(by[backends[0]], r.standing(by[backends[0]][0].cs))
+	home := map[string]int{} // CompareKey -> the block of the first backend's case
+	for i, b := range blocks {
+		for _, c := range b {
+			if _, ok := home[c.cs.Case.CompareKey()]; !ok {
+				home[c.cs.Case.CompareKey()] = i
+			}
+		}
+	}
+	for _, b := range backends[1:] {
+		st := r.standing(by[b][0].cs)
+		joined := map[int][]*caseState{}
+		var rest []*caseState
+		for _, c := range by[b] {
+			i, ok := home[c.cs.Case.CompareKey()]
+			if ok && fits(st, joined[i], c) {
+				joined[i] = append(joined[i], c)
+				blocks[i] = append(blocks[i], c)
+				continue
+			}
+			rest = append(rest, c)
+		}
+		blocks = append(blocks, planBlocks(rest, st)...)
+	}
+	return blocks
+}
+
+// fits tells whether case c may stand beside the cases in, of its backend, in one block:
+// within the budget with PerCase, else (one shared cluster) only light cases together.
+func fits(st cluster.Standing, in []*caseState, c *caseState) bool {
+	if len(in) == 0 {
+		return true
+	}
+	if !st.PerCase {
+		return scenario.Shares(c.cs.Case) && scenario.Shares(in[0].cs.Case)
+	}
+	cost := st.Cost
+	if cost == nil {
+		cost = result.Case.Load
+	}
+	load := cost(c.cs.Case)
+	for _, o := range in {
+		load += cost(o.cs.Case)
+	}
+	return (st.MaxClusters <= 0 || len(in) < st.MaxClusters) && (st.MaxLoad <= 0 || load <= st.MaxLoad)
+}
+
+// planBlocks groups one backend's cases into blocks whose clusters stand together as st says.
+func planBlocks(cases []*caseState, st cluster.Standing) [][]*caseState {
+	var blocks [][]*caseState
 	if st.PerCase {
 		cost := st.Cost
 		if cost == nil {
@@ -334,7 +411,7 @@ func (r *run) plan() [][]*caseState {
 		}
 		var cur []*caseState
 		load := 0
-		for _, c := range r.cases {
+		for _, c := range cases {
 			l := cost(c.cs.Case)
 			if len(cur) > 0 && ((st.MaxClusters > 0 && len(cur) >= st.MaxClusters) || (st.MaxLoad > 0 && load+l > st.MaxLoad)) {
 				blocks, cur, load = append(blocks, cur), nil, 0
@@ -349,7 +426,7 @@ func (r *run) plan() [][]*caseState {
 	// Shared clusters: the cases that load nothing stand together, each loaded case alone
 	// (in plan order; consecutive blocks on one key keep its cluster).
 	var light []*caseState
-	for _, c := range r.cases {
+	for _, c := range cases {
 		if scenario.Shares(c.cs.Case) {
 			light = append(light, c)
 		}
@@ -357,7 +434,7 @@ func (r *run) plan() [][]*caseState {
 	if len(light) > 0 {
 		blocks = append(blocks, light)
 	}
-	for _, c := range r.cases {
+	for _, c := range cases {
 		if !scenario.Shares(c.cs.Case) {
 			blocks = append(blocks, []*caseState{c})
 		}
@@ -427,7 +504,7 @@ func (r *run) cluster(ctx context.Context, cs result.CaseSpec) *slot {
 		name = " " + f.Name
 	}
 	forCase := ""
-	if r.opt.Standing.PerCase {
+	if r.standing(cs).PerCase {
 		forCase = " for " + cs.Case.ID
 	}
 	r.prog.Log("%s cluster%s%s: dataplane %s%s, ready in %.2f s", k.Backend, name, forCase, k.Dataplane, parts, time.Since(start).Seconds())
@@ -493,13 +570,17 @@ func (r *run) setup(ctx context.Context, c *caseState, name string) error {
 // block runs the rounds of one block of cases.
 func (r *run) block(ctx context.Context, bi int, cases []*caseState) error {
 	// Clusters, then fixtures, then a warm-up of each: all stand before the first round.
-	shared := !r.opt.Standing.PerCase && len(cases) > 1
+	// Fixtures sharing a cluster with others get names of their own.
+	shares := map[string]int{} // backend -> its cases in the block
+	for _, c := range cases {
+		shares[c.cs.Case.Backend]++
+	}
 	for i, c := range cases {
 		if ctx.Err() != nil {
 			return nil
 		}
 		name := ""
-		if shared {
+		if !r.standing(c.cs).PerCase && shares[c.cs.Case.Backend] > 1 {
 			name = fmt.Sprintf("f%d", i)
 		}
 		if err := r.setup(ctx, c, name); err != nil {

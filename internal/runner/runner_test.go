@@ -700,3 +700,84 @@ func TestRunWakesRestingClusters(t *testing.T) {
 		t.Errorf("%d trials, want 7: %v", trials, w.order)
 	}
 }
+
+// A run holding the cases of two backends (--backend kube,lab) plans each backend's cases as
+// it stands (the real cluster's shared, the lab's one cluster per case), runs each lab case in
+// the rounds of the cluster's case measuring the same thing and pairs the two: a "backend"
+// comparison, the cluster's case the reference. A lab case without a partner runs too.
+func TestMixedBackends(t *testing.T) {
+	w := newModel(t, 5)
+	w.noise = 0.01
+	kube := func(c *result.Case) { c.Backend, c.Dataplane, c.MTU, c.Nodes = "kube", "cluster", 0, 0 }
+	cases := []result.CaseSpec{
+		synth("", "tcp", 3, kube),
+		synth("", "crr", 3, kube),
+		synth("", "tcp", 3, func(c *result.Case) { kube(c); c.Services = 10 }),
+		synth("flannel", "tcp", 3, nil),
+		synth("flannel", "crr", 3, nil),
+		synth("flannel", "tcp", 3, func(c *result.Case) { c.Services = 10 }),
+		synth("flannel", "crr", 3, func(c *result.Case) { c.Services = 10 }),
+	}
+	w.truth[cases[0].Case.ID], w.truth[cases[3].Case.ID] = 1000, 800
+	w.truth[cases[1].Case.ID], w.truth[cases[4].Case.ID] = 500, 600
+	cl := &clusters{}
+	opt := runOpts(t.TempDir(), cl, cluster.Standing{}, Settings{Seed: 2})
+	opt.Standings = map[string]cluster.Standing{"kube": {}, "lab": perCase()}
+	sum, err := Run(context.Background(), cases, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byBackend := map[string]int{}
+	for _, k := range cl.keys {
+		byBackend[k.Backend]++
+	}
+	if byBackend["kube"] != 1 || byBackend["lab"] != 4 || cl.closed != cl.built {
+		t.Errorf("clusters %v (closed %d of %d): want the cluster's one shared, one per lab case, all closed", byBackend, cl.closed, cl.built)
+	}
+	if w.names[cases[0].Case.ID] == "" || w.names[cases[0].Case.ID] == w.names[cases[1].Case.ID] || w.names[cases[3].Case.ID] != "" || w.names[cases[2].Case.ID] != "" {
+		t.Errorf("fixture names %v: the cluster's two light cases share it under names of their own; the lab's and the loaded case need none", w.names)
+	}
+	// Block 1: the cluster's light cases and the lab's, round by round; block 2: the loaded
+	// case of the cluster with the lab's; then the lab's case no cluster case measures.
+	ids := func(is ...int) []string {
+		var out []string
+		for _, i := range is {
+			out = append(out, cases[i].Case.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if len(w.order) != 21 {
+		t.Fatalf("%d trials ran (%v), want 21", len(w.order), w.order)
+	}
+	at := 0
+	for _, blk := range [][]string{ids(0, 1, 3, 4), ids(2, 5), ids(6)} {
+		for r := 0; r < 3; r++ {
+			round := slices.Clone(w.order[at : at+len(blk)])
+			slices.Sort(round)
+			if !slices.Equal(round, blk) {
+				t.Errorf("round %d ran %v, want %v once each", r+1, w.order[at:at+len(blk)], blk)
+			}
+			at += len(blk)
+		}
+	}
+	want := map[string]float64{cases[3].Case.ID: 0.8, cases[4].Case.ID: 1.2, cases[5].Case.ID: 1}
+	for _, c := range sum.Comparisons {
+		if c.Kind != "backend" {
+			continue
+		}
+		r, ok := want[c.Case]
+		if !ok {
+			t.Errorf("backend comparison of %s, want only the lab's cases", c.Case)
+			continue
+		}
+		delete(want, c.Case)
+		ref := map[string]string{cases[3].Case.ID: cases[0].Case.ID, cases[4].Case.ID: cases[1].Case.ID, cases[5].Case.ID: cases[2].Case.ID}[c.Case]
+		if c.Reference != ref || c.N != 3 || c.CI95Low > r || c.CI95High < r || math.Abs(c.Ratio-r) > 0.05 {
+			t.Errorf("%s vs %s: %+v, want against %s over 3 rounds, ratio %.2f inside its interval", c.Case, c.Reference, c.RatioSummary, ref, r)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("no backend comparison for %v (comparisons %+v)", want, sum.Comparisons)
+	}
+}

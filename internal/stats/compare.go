@@ -10,8 +10,10 @@ import (
 //   - "baseline": a pod result against its baseline (Case.BaselineID), when the run has it;
 //   - "baseline-p99": the same for the P99 latency (latency_p99_us) of request/response cases,
 //     whose primary metric is their rate (the tail is what a chain or a proxy adds);
-//   - "dataplane", "proxy", "policy", "nf", "vnf": a case against the first case of the run that measures
-//     the same thing (same CompareKey) on another variant, named by the part that differs;
+//   - "backend", "dataplane", "proxy", "policy", "nf", "vnf": a case against the first case of
+//     the run that measures the same thing (same CompareKey) on another variant, named by the
+//     part that differs ("backend" in a run holding several: a lab case against the real
+//     cluster's when the run lists the cluster's cases first);
 //   - "scale": a case against the least loaded case (Case.Load) of the run that differs from
 //     it only in scale (services, policies, pods, replicas, chain length, rules, noisy
 //     neighbours);
@@ -115,6 +117,8 @@ func withoutCopy(c result.Case) result.Case {
 // variantKind names what differs between two variants of one measurement.
 func variantKind(c, ref result.Case) string {
 	switch {
+	case c.Backend != ref.Backend:
+		return "backend"
 	case c.Dataplane != ref.Dataplane:
 		return "dataplane"
 	case c.Proxy != ref.Proxy:

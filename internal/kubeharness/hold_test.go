@@ -54,6 +54,7 @@ func TestHeld(t *testing.T) {
 	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
 	t.Run("cli-fake-nodes", func(t *testing.T) { cliFakeNodes(t, h, bin) })
 	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s") })
+	t.Run("fidelity", func(t *testing.T) { fidelityOnCluster(t, h, bin) })
 	t.Run("n2s", func(t *testing.T) { n2sOnCluster(t, h) })
 	t.Run("reaction", func(t *testing.T) { reactionOnCluster(t, h, bin) })
 	t.Run("cli-scale", func(t *testing.T) { cliScale(t, h, bin) })

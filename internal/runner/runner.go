@@ -341,6 +341,9 @@ func (r *run) plan() [][]*caseState {
 		}
 		return blocks
 	}
+	if len(r.cases) == 0 {
+		return nil
+	}
 	// The cases of each backend (in order of first appearance). The first backend's are
 	// planned as it stands; a case of another joins the block of the first's case measuring
 	// the same thing (CompareKey) when its own standing allows, so the two run in the same
@@ -390,29 +393,29 @@ func fits(st cluster.Standing, in []*caseState, c *caseState) bool {
 	if !st.PerCase {
 		return scenario.Shares(c.cs.Case) && scenario.Shares(in[0].cs.Case)
 	}
-	cost := st.Cost
-	if cost == nil {
-		cost = result.Case.Load
-	}
-	load := cost(c.cs.Case)
+	load := costOf(st, c)
 	for _, o := range in {
-		load += cost(o.cs.Case)
+		load += costOf(st, o)
 	}
 	return (st.MaxClusters <= 0 || len(in) < st.MaxClusters) && (st.MaxLoad <= 0 || load <= st.MaxLoad)
+}
+
+// costOf is what a case counts against st's MaxLoad (Standing.Cost; nil: Case.Load).
+func costOf(st cluster.Standing, c *caseState) int {
+	if st.Cost != nil {
+		return st.Cost(c.cs.Case)
+	}
+	return c.cs.Case.Load()
 }
 
 // planBlocks groups one backend's cases into blocks whose clusters stand together as st says.
 func planBlocks(cases []*caseState, st cluster.Standing) [][]*caseState {
 	var blocks [][]*caseState
 	if st.PerCase {
-		cost := st.Cost
-		if cost == nil {
-			cost = result.Case.Load
-		}
 		var cur []*caseState
 		load := 0
 		for _, c := range cases {
-			l := cost(c.cs.Case)
+			l := costOf(st, c)
 			if len(cur) > 0 && ((st.MaxClusters > 0 && len(cur) >= st.MaxClusters) || (st.MaxLoad > 0 && load+l > st.MaxLoad)) {
 				blocks, cur, load = append(blocks, cur), nil, 0
 			}

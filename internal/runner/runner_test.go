@@ -781,3 +781,15 @@ func TestMixedBackends(t *testing.T) {
 		t.Errorf("no backend comparison for %v (comparisons %+v)", want, sum.Comparisons)
 	}
 }
+
+// A run with no case plans nothing and builds nothing (the plan of several backends starts
+// from the first case's).
+func TestRunWithoutCases(t *testing.T) {
+	cl := &clusters{}
+	opt := runOpts(t.TempDir(), cl, cluster.Standing{}, Settings{Seed: 1})
+	opt.Standings = map[string]cluster.Standing{"kube": {}, "lab": perCase()}
+	sum, err := Run(context.Background(), nil, opt)
+	if err != nil || len(sum.Results) != 0 || cl.built != 0 {
+		t.Errorf("no cases: %d results, %d clusters, error %v; want none and no error", len(sum.Results), cl.built, err)
+	}
+}

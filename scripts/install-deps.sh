@@ -6,13 +6,14 @@
 set -euo pipefail
 
 PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps nginx-light curl busybox-static openvswitch-switch openvswitch-common openvswitch-switch-dpdk dpdk-dev)
-# --kube: also what the project's own Kubernetes test cluster runs on (make e2e), and gcc for
-# flanneld's cgo build (scripts/kube-build.sh).
+# --kube: also what the project's own Kubernetes test cluster runs on (make e2e), gcc for
+# flanneld's cgo build (scripts/kube-build.sh) and clang/llvm, with which cilium-agent compiles
+# its datapath when the test cluster runs Cilium.
 # --test: also what the test suite checks the reports and exports with (a real headless browser,
 # promtool and Prometheus) and clang/llvm/libbpf-dev, with which it rebuilds the committed eBPF
 # objects and fails if they differ; implies --kube.
 case "${1:-}" in
-  --kube) PKGS+=(etcd-server containerd runc gcc libc6-dev) ;;
+  --kube) PKGS+=(etcd-server containerd runc gcc libc6-dev clang llvm) ;;
   --test) PKGS+=(etcd-server containerd runc gcc libc6-dev chromium prometheus clang llvm libbpf-dev) ;;
 esac
 

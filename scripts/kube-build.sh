@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the project's test cluster runs (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubelet, kube-proxy), kwok and flanneld, from the Go
-# module proxy, into a cache that later runs reuse (shared/KUBE-LAB.md has the measured recipe).
+# kube-controller-manager, kube-scheduler, kubelet, kube-proxy), kwok, flanneld and Cilium's
+# agent and CNI plugin (with the eBPF sources the agent compiles at start and its CRDs), from
+# the Go module proxy, into a cache that later runs reuse (shared/KUBE-LAB.md has the measured
+# recipe).
 # Usage: scripts/kube-build.sh [CACHE_DIR]   (default /var/cache/cnibench/kube-v1.34.10)
 set -euo pipefail
 
@@ -9,12 +11,14 @@ K8S=v1.34.10          # 1.35 kubelets refuse cgroup v1, which this host has
 STAGING=v0.34.10
 KWOK=v0.8.0
 FLANNEL=v0.28.10
+CILIUM=v1.20.2
 CACHE=${1:-${CNIBENCH_KUBE_CACHE:-/var/cache/cnibench/kube-$K8S}}
 BIN=$CACHE/bin
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 
 have_all() {
-  for b in "${BINARIES[@]}" kwok flanneld; do [ -x "$BIN/$b" ] || return 1; done
+  for b in "${BINARIES[@]}" kwok flanneld cilium-agent cilium-cni; do [ -x "$BIN/$b" ] || return 1; done
+  [ -d "$BIN/cilium-bpf" ] && [ -d "$BIN/cilium-crds" ]
 }
 if have_all; then
   echo "kube-build: binaries present in $BIN"
@@ -72,5 +76,26 @@ if [ ! -x "$BIN/flanneld" ]; then
   (cd "$src/flannel" && CGO_ENABLED=1 go build -trimpath \
     -ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL" -o "$BIN/flanneld.tmp" .)
   mv "$BIN/flanneld.tmp" "$BIN/flanneld"
+fi
+if [ ! -x "$BIN/cilium-agent" ] || [ ! -x "$BIN/cilium-cni" ] || [ ! -d "$BIN/cilium-bpf" ] || [ ! -d "$BIN/cilium-crds" ]; then
+  # cilium-agent and cilium-cni from the cilium module. Its go.mod pins gobgp v4 to an
+  # unreleased commit the proxy does not serve; the release v4.8.0 stands in (the test
+  # cluster does not run BGP). CGO off, as Cilium's own images. The agent compiles its
+  # datapath from bpf/ with clang at start: the sources go next to it, and so do the CRDs
+  # the cilium-operator would otherwise register.
+  echo "kube-build: building cilium-agent and cilium-cni $CILIUM"
+  mod=$(cd / && GOFLAGS= go mod download -json "github.com/cilium/cilium@$CILIUM" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$mod" ] || { echo "kube-build: cilium $CILIUM: module not downloaded" >&2; exit 1; }
+  rm -rf "$src/cilium" && cp -r "$mod" "$src/cilium" && chmod -R u+w "$src/cilium"
+  (cd "$src/cilium" && go mod edit -replace github.com/osrg/gobgp/v4=github.com/osrg/gobgp/v4@v4.8.0 &&
+    go build -trimpath -ldflags "-s -w" -o "$BIN/cilium-agent.tmp" ./daemon &&
+    go build -trimpath -ldflags "-s -w" -o "$BIN/cilium-cni.tmp" ./plugins/cilium-cni)
+  rm -rf "$BIN/cilium-bpf" "$BIN/cilium-crds"
+  cp -r "$src/cilium/bpf" "$BIN/cilium-bpf"
+  mkdir -p "$BIN/cilium-crds"
+  cp "$src/cilium"/pkg/k8s/apis/cilium.io/client/crds/v2*/*.yaml "$BIN/cilium-crds/"
+  mv "$BIN/cilium-agent.tmp" "$BIN/cilium-agent"
+  mv "$BIN/cilium-cni.tmp" "$BIN/cilium-cni"
+  rm -rf "$src/cilium"
 fi
 echo "kube-build: done in $(( $(date +%s) - start )) s: $BIN"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -32,6 +33,10 @@ const (
 	// nodes carry flanneld's annotations: flanneld runs outside the cluster's objects (as k3s
 	// embeds it, or the project's test cluster runs it).
 	FlannelByAnnotation = "flannel (by node annotations; no DaemonSet)"
+	// CiliumByNodes is the "cni" fact when no known CNI DaemonSet is found but every one of the
+	// run's nodes has a CiliumNode: cilium-agent runs outside the cluster's objects (as the
+	// project's test cluster runs it).
+	CiliumByNodes = "cilium (by CiliumNode objects; no DaemonSet)"
 	// flannelBackendAnnotation is where flanneld (--kube-subnet-mgr, default prefix) writes
 	// its backend type on its Node.
 	flannelBackendAnnotation = "flannel.alpha.coreos.com/backend-type"
@@ -68,7 +73,8 @@ var cniRules = []cniRule{
 //     maps from each of the run's node names to the value in the node's status;
 //   - "cni": the CNI recognised from DaemonSets in cniNamespaces (see cniRules), several
 //     joined with "+" (canal is "calico+flannel"), else FlannelByAnnotation when the run's
-//     nodes carry flanneld's backend annotation, else UnknownCNI; "cni_daemonsets" lists
+//     nodes carry flanneld's backend annotation, else CiliumByNodes when each of them has a
+//     CiliumNode, else UnknownCNI; "cni_daemonsets" lists
 //     the matching DaemonSets as namespace/name; "flannel_backend" the backend types in the
 //     nodes' flannel annotations (vxlan, host-gw, ...), when there are any;
 //   - "kube_proxy_mode": from the kube-system/kube-proxy ConfigMap's config.conf (an empty
@@ -156,6 +162,8 @@ func (c *Cluster) readFacts(ctx context.Context) (map[string]any, error) {
 		facts["cni"], facts["cni_daemonsets"] = cni, matched
 	case len(flannelBackends) > 0:
 		facts["cni"] = FlannelByAnnotation
+	case c.haveCiliumNodes(ctx):
+		facts["cni"] = CiliumByNodes
 	case sysErr != nil:
 		facts["cni"] = unknown("list DaemonSets in %s: %v", kubeSystem, sysErr)
 	default:
@@ -262,6 +270,21 @@ func nodeCPU(n *corev1.Node) string {
 		c = capa.String()
 	}
 	return a + "/" + c + " (allocatable/capacity)"
+}
+
+// haveCiliumNodes tells whether every one of the run's nodes has a CiliumNode object (which
+// cilium-agent creates for its node).
+func (c *Cluster) haveCiliumNodes(ctx context.Context) bool {
+	rc := c.cs.Discovery().RESTClient()
+	if rc == nil || reflect.ValueOf(rc).IsNil() || len(c.nodes) == 0 { // a fake clientset has none
+		return false
+	}
+	for _, n := range c.nodes {
+		if err := rc.Get().AbsPath("/apis/cilium.io/v2/ciliumnodes", n.Name).Do(ctx).Error(); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // detectCNI returns the CNIs the DaemonSets show, in cniRules order joined with "+", and the

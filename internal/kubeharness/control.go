@@ -41,6 +41,9 @@ func (h *Harness) certs() error {
 		{"kube-proxy", "system:kube-proxy", nil, nil},
 		// flanneld patches Node objects (kube-flannel.yml's ClusterRole; here an admin).
 		{"flannel", "cnibench-flannel", []string{"system:masters"}, nil},
+		// cilium-agent writes CiliumNodes, CiliumEndpoints, CiliumIdentities and Node
+		// annotations (Cilium's agent ClusterRole; here an admin too).
+		{"cilium", "cnibench-cilium", []string{"system:masters"}, nil},
 	}
 	for _, n := range h.nodes {
 		steps = append(steps, struct {
@@ -57,7 +60,7 @@ func (h *Harness) certs() error {
 	if err := p.serviceAccountKey(); err != nil {
 		return err
 	}
-	for _, c := range []string{"controller-manager", "scheduler", "kube-proxy", "flannel", "admin"} {
+	for _, c := range []string{"controller-manager", "scheduler", "kube-proxy", "flannel", "cilium", "admin"} {
 		if err := p.kubeconfig(p.path(c+".kubeconfig"), h.apiURL(), c); err != nil {
 			return err
 		}
@@ -166,9 +169,10 @@ func (h *Harness) controlPlane(ctx context.Context) error {
 		"--service-account-private-key-file=" + p("sa.key"), "--root-ca-file=" + p("ca.crt"),
 		"--use-service-account-credentials=true", "--cluster-cidr=" + clusterCIDR, "--service-cluster-ip-range=" + serviceCIDR,
 		"--bind-address=127.0.0.1", "--secure-port=10257"}
-	if flannelBackend(h.cfg.CNI) != "" {
-		// flanneld's --kube-subnet-mgr takes each node's subnet from its Node's pod CIDR (as
-		// kubeadm's --pod-network-cidr sets up); the bridge network's subnets are the harness's.
+	if h.podNet().nodeCIDRs {
+		// flanneld's --kube-subnet-mgr and Cilium's Kubernetes IPAM take each node's subnet
+		// from its Node's pod CIDR (as kubeadm's --pod-network-cidr sets up); the bridge
+		// network's subnets are the harness's.
 		cm = append(cm, "--allocate-node-cidrs=true", "--node-cidr-mask-size=24")
 	}
 	if err := h.start("kube-controller-manager", n0.ns, cm...); err != nil {

@@ -26,10 +26,11 @@ const (
 	CNIFlannel = "flannel"
 	// CNIFlannelHostGW: real Flannel, host-gw backend (routes via the other nodes' addresses).
 	CNIFlannelHostGW = "flannel-hostgw"
+	// CNICilium: real Cilium, VXLAN tunnel, kube-proxy kept: cilium-agent (built from its Go
+	// module by scripts/kube-build.sh) on every node, its datapath compiled with clang at
+	// start, NetworkPolicy enforced in eBPF; cilium-cni attaches the pods (cilium.go).
+	CNICilium = "cilium"
 )
-
-// CNIs are the pod networks Config.CNI accepts.
-var CNIs = []string{CNIBridge, CNIFlannel, CNIFlannelHostGW}
 
 // flannelBackend is the flannel backend type of a CNI ("" when it is not flannel).
 func flannelBackend(cni string) string {

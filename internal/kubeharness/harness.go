@@ -34,8 +34,8 @@ type Config struct {
 	Prefix    string // lab prefix, e.g. "cnbk1234"
 	Dir       string // work directory (default /var/tmp/cnibench-kube/<prefix>)
 	Bin       string // directory with kube-apiserver, kubelet, ... (scripts/kube-build.sh)
-	ProxyMode string // iptables (default) or nftables
-	CNI       string // the pod network: CNIBridge (default), CNIFlannel or CNIFlannelHostGW
+	ProxyMode string // kube-proxy's mode: iptables (default) or nftables; ProxyNone: no kube-proxy, the CNI replaces it
+	CNI       string // the pod network: CNIBridge (default), CNIFlannel, CNIFlannelHostGW or CNICilium
 	Image     string // tools image tarball to import on every node ("" = none)
 	Log       io.Writer
 }
@@ -119,13 +119,17 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 	if cfg.CNI == "" {
 		cfg.CNI = CNIBridge
 	}
-	if !slices.Contains(CNIs, cfg.CNI) {
-		return nil, fmt.Errorf("unknown CNI %q (valid: %s)", cfg.CNI, strings.Join(CNIs, ", "))
+	if err := validCNI(cfg.CNI); err != nil {
+		return nil, err
 	}
-	bins := []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
-	if flannelBackend(cfg.CNI) != "" {
-		bins = append(bins, "flanneld")
+	pn := podNetworks[cfg.CNI]
+	switch {
+	case cfg.ProxyMode == ProxyNone && !pn.replacesProxy:
+		return nil, fmt.Errorf("proxy mode %q: the %s network does not replace kube-proxy", ProxyNone, cfg.CNI)
+	case !slices.Contains([]string{"iptables", "nftables", ProxyNone}, cfg.ProxyMode):
+		return nil, fmt.Errorf("unknown proxy mode %q (valid: iptables, nftables, %s)", cfg.ProxyMode, ProxyNone)
 	}
+	bins := append([]string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}, pn.bins...)
 	for _, b := range bins {
 		if _, err := os.Stat(filepath.Join(cfg.Bin, b)); err != nil {
 			return nil, fmt.Errorf("missing %s in %s: run scripts/kube-build.sh", b, cfg.Bin)
@@ -149,7 +153,7 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 		}
 		h.restore[s] = strings.TrimSpace(string(b))
 	}
-	for _, p := range hostPaths {
+	for _, p := range append(slices.Clone(hostPaths), pn.hostDirs...) {
 		if _, err := os.Lstat(p); os.IsNotExist(err) {
 			h.created = append(h.created, p)
 		}
@@ -164,6 +168,11 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return h, err
 	}
+	for _, p := range pn.hostDirs {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return h, err
+		}
+	}
 	if err := h.writeRecords(); err != nil {
 		return h, err
 	}
@@ -177,10 +186,10 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 			dir: filepath.Join(cfg.Dir, n.Name), cgroupRoot: "/" + cfg.Prefix + "-" + n.Name})
 	}
 	// Native routes between the nodes' pod CIDRs, as the bridge CNI has no agent (flanneld
-	// routes by itself).
+	// and cilium-agent route by themselves).
 	for _, a := range h.nodes {
 		for _, b := range h.nodes {
-			if a.name != b.name && cfg.CNI == CNIBridge {
+			if a.name != b.name && pn.staticRoutes {
 				if err := run("nsenter", "--net="+netns.Path(a.ns), "--", "ip", "route", "add", b.podCIDR, "via", b.ip); err != nil {
 					return h, err
 				}
@@ -192,6 +201,11 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 	}
 	if err := h.controlPlane(ctx); err != nil {
 		return h, fmt.Errorf("control plane: %w", err)
+	}
+	if pn.cluster != nil {
+		if err := pn.cluster(h); err != nil {
+			return h, fmt.Errorf("%s: %w", cfg.CNI, err)
+		}
 	}
 	for _, n := range h.nodes {
 		if err := h.node(ctx, n); err != nil {

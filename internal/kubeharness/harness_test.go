@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,11 +106,13 @@ func dumpLogs(t *testing.T, h *Harness) {
 // paths, mounts and cgroups with the test prefix.
 func hostState(t *testing.T) string {
 	var b strings.Builder
-	for _, s := range hostSysctls {
+	// The host-wide sysctls a CNI agent would set (cilium-agent: unprivileged BPF off for
+	// good, timer migration off; the harness keeps them from it) besides the kubelet's.
+	for _, s := range append(slices.Clone(hostSysctls), "kernel/unprivileged_bpf_disabled", "kernel/timer_migration", "net/core/bpf_jit_enable") {
 		v, _ := os.ReadFile("/proc/sys/" + s)
 		fmt.Fprintf(&b, "%s=%s ", s, strings.TrimSpace(string(v)))
 	}
-	for _, p := range hostPaths {
+	for _, p := range append(slices.Clone(hostPaths), ciliumRuntime) {
 		_, err := os.Lstat(p)
 		fmt.Fprintf(&b, "%s:%v ", p, err == nil)
 	}
@@ -142,7 +145,9 @@ func TestRealCluster(t *testing.T) {
 	t.Run("flannel-objects", func(t *testing.T) { flannelObjects(t, h) })
 	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
 	t.Run("cli", func(t *testing.T) { cliOnCluster(t, h, bin, "--plan", "../../plans/quick.yaml") })
-	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s") })
+	// p2s's TCP and TCP_CRR through kube-proxy iptables run in the fidelity subtest (across
+	// nodes) and every protocol through its nftables mode in TestRealClusterNFTables.
+	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s", "--protocol", "udp,rr") })
 	t.Run("fidelity", func(t *testing.T) { fidelityOnCluster(t, h, bin) })
 	t.Run("n2s", func(t *testing.T) { n2sOnCluster(t, h) })
 	t.Run("reaction", func(t *testing.T) { reactionOnCluster(t, h, bin) })
@@ -345,17 +350,41 @@ func probeOnCluster(t *testing.T, h *Harness) {
 	if v, _ := info["kubernetes_version"].(string); v != "v1.34.10" {
 		t.Errorf("kubernetes_version %v", info["kubernetes_version"])
 	}
-	if info["cni"] != kube.FlannelByAnnotation || info["flannel_backend"] != "vxlan" {
-		t.Errorf("cni %q flannel_backend %v: the harness runs flanneld (vxlan) outside DaemonSets", info["cni"], info["flannel_backend"])
-	}
 	enforced, detail, err := cl.ProbePolicyEnforcement(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if enforced || detail != kube.NotEnforcedDetail {
-		t.Errorf("probe on Flannel: enforced=%v %q, want not enforced", enforced, detail)
+	if h.cfg.CNI == CNICilium {
+		if info["cni"] != kube.CiliumByNodes {
+			t.Errorf("cni %q: the harness runs cilium-agent outside DaemonSets", info["cni"])
+		}
+		if !enforced {
+			t.Errorf("probe on Cilium: enforced=%v %q, want enforced", enforced, detail)
+		}
+	} else {
+		if info["cni"] != kube.FlannelByAnnotation || info["flannel_backend"] != "vxlan" {
+			t.Errorf("cni %q flannel_backend %v: the harness runs flanneld (vxlan) outside DaemonSets", info["cni"], info["flannel_backend"])
+		}
+		if enforced || detail != kube.NotEnforcedDetail {
+			t.Errorf("probe on Flannel: enforced=%v %q, want not enforced", enforced, detail)
+		}
 	}
 	t.Logf("facts: cni=%v kube_proxy_mode=%v; probe: %s", info["cni"], info["kube_proxy_mode"], detail)
+}
+
+// TestRealClusterCilium runs the cluster on real Cilium (VXLAN tunnel, kube-proxy replaced:
+// no kube-proxy runs): the agents up with their datapath compiled, the socket LB on the nodes'
+// cgroups and the host's global sysctls untouched (upForTest's host check), Services served by
+// Cilium alone to pods attached by cilium-cni, measured through the CLI, and NetworkPolicy
+// really enforced: the probe says so, and p2p-policies is measured with an outsider denied.
+func TestRealClusterCilium(t *testing.T) {
+	h, bin := upForTest(t, ProxyNone, CNICilium)
+	t.Run("cilium", func(t *testing.T) { ciliumOnCluster(t, h) })
+	t.Run("facts-and-policy-probe", func(t *testing.T) { probeOnCluster(t, h) })
+	cliOnCluster(t, h, bin, "--scenario", "p2s", "--protocol", "tcp,crr")
+	t.Run("p2p-policies", func(t *testing.T) {
+		cliOnCluster(t, h, bin, "--scenario", "p2p-policies", "--placement", "inter", "--protocol", "tcp,rr", "--pods", "2")
+	})
 }
 
 // TestRealClusterNFTables runs the CLI against the cluster with kube-proxy in nftables mode
@@ -658,9 +687,9 @@ func backendOnCluster(t *testing.T, h *Harness) {
 			t.Logf("%s %s %s: %s=%.4g", tc.sc, tc.pl, tc.proto, tc.metric, m.Metrics[tc.metric])
 		})
 	}
-	// The pod MTU was read in the first pod: 1500 less VXLAN's 50 bytes on Flannel's VXLAN
-	// backend, the underlay's 1500 on the others (a held cluster's network is not known).
-	want := map[string]int{CNIFlannel: 1450, CNIFlannelHostGW: 1500, CNIBridge: 1500}[h.cfg.CNI]
+	// The pod MTU was read in the first pod: 1500 less VXLAN's 50 bytes on Flannel's and
+	// Cilium's VXLAN, the underlay's 1500 on the others (a held cluster's network is not known).
+	want := h.PodMTU()
 	if mtu := cl.Facts().Record()["pod_mtu"]; want != 0 && mtu != want {
 		t.Errorf("pod_mtu %v, want %d", mtu, want)
 	}

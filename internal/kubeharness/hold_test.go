@@ -8,8 +8,8 @@ import (
 
 // TestHold keeps a harness cluster up for exploration: CNIBENCH_KUBE_HOLD=FILE writes the
 // kubeconfig path to FILE and tears down once FILE is removed. CNIBENCH_KUBE_HOLD_PROXY
-// chooses kube-proxy's mode: iptables (default) or nftables; CNIBENCH_KUBE_HOLD_CNI the pod
-// network: flannel (default), flannel-hostgw or bridge (Config.CNI).
+// chooses kube-proxy's mode: iptables (default), nftables or none (with cilium); CNIBENCH_KUBE_HOLD_CNI the pod
+// network: flannel (default), flannel-hostgw, cilium or bridge (Config.CNI).
 func TestHold(t *testing.T) {
 	f := os.Getenv("CNIBENCH_KUBE_HOLD")
 	if f == "" {
@@ -19,9 +19,9 @@ func TestHold(t *testing.T) {
 	switch mode {
 	case "":
 		mode = "iptables"
-	case "iptables", "nftables":
+	case "iptables", "nftables", ProxyNone:
 	default:
-		t.Fatalf("CNIBENCH_KUBE_HOLD_PROXY=%q: want iptables or nftables", mode)
+		t.Fatalf("CNIBENCH_KUBE_HOLD_PROXY=%q: want iptables, nftables or %s (no kube-proxy: cilium replaces it)", mode, ProxyNone)
 	}
 	cni := os.Getenv("CNIBENCH_KUBE_HOLD_CNI")
 	if cni == "" {

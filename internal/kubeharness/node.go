@@ -13,20 +13,25 @@ import (
 	"github.com/cnibench/cnibench/internal/nf"
 )
 
-// node starts containerd (with the tools image imported), the kubelet and kube-proxy of one
-// node inside its namespace.
+// node starts containerd (with the tools image imported), the kubelet, kube-proxy (unless the
+// CNI replaces it) and the CNI's agent of one node inside its namespace.
 func (h *Harness) node(ctx context.Context, n nodeInfo) error {
 	d := func(rel string) string { return filepath.Join(n.dir, rel) }
 	sock := d("containerd.sock")
-	if h.cfg.CNI == CNIBridge {
-		cni := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"cbr0","plugins":[{"type":"bridge","bridge":"cni0","isGateway":true,
-"ipMasq":false,"hairpinMode":true,"ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"routes":[{"dst":"0.0.0.0/0"}],
-"dataDir":%q}}]}`, n.podCIDR, d("ipam"))
-		if err := h.writeFile(d("net.d/10-bridge.conflist"), cni); err != nil {
+	pn := h.podNet()
+	if pn.conf != nil {
+		if err := pn.conf(h, n); err != nil {
 			return err
 		}
-	} else if err := os.MkdirAll(d("net.d"), 0o755); err != nil { // flannel's comes once flanneld has a subnet
+	} else if err := os.MkdirAll(d("net.d"), 0o755); err != nil { // the agent writes it once ready
 		return err
+	}
+	cniBin, cniEnv := "/usr/lib/cni", []string(nil)
+	if pn.containerd != nil {
+		var err error
+		if cniBin, cniEnv, err = pn.containerd(h, n); err != nil {
+			return err
+		}
 	}
 	ctrd := fmt.Sprintf(`version = 2
 root = %q
@@ -52,13 +57,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = %q
     conf_dir = %q
-`, d("containerd/root"), d("containerd/state"), sock, sock+".ttrpc", d("containerd/opt"), d("net.d"))
+`, d("containerd/root"), d("containerd/state"), sock, sock+".ttrpc", d("containerd/opt"), cniBin, d("net.d"))
 	if err := h.writeFile(d("containerd.toml"), ctrd); err != nil {
 		return err
 	}
-	if err := h.start("containerd-"+n.name, n.ns, "containerd", "--config", d("containerd.toml")); err != nil {
+	if err := h.startEnv("containerd-"+n.name, n.ns, cniEnv, "containerd", "--config", d("containerd.toml")); err != nil {
 		return err
 	}
 	if err := waitFile(sock, 30*time.Second); err != nil {
@@ -107,6 +112,20 @@ allowedUnsafeSysctls: [%s]
 		"--root-dir="+d("kubelet"), "--cert-dir="+d("kubelet/pki")); err != nil {
 		return err
 	}
+	if h.cfg.ProxyMode != ProxyNone { // else the CNI's agent serves Services
+		if err := h.kubeProxy(n); err != nil {
+			return err
+		}
+	}
+	if pn.agent != nil {
+		return pn.agent(h, n)
+	}
+	return nil
+}
+
+// kubeProxy starts a node's kube-proxy in the cluster's proxy mode.
+func (h *Harness) kubeProxy(n nodeInfo) error {
+	d := func(rel string) string { return filepath.Join(n.dir, rel) }
 	proxy := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: %q}
@@ -122,13 +141,7 @@ iptables: {localhostNodePorts: false}
 	if err := h.writeFile(d("kube-proxy.yaml"), proxy); err != nil {
 		return err
 	}
-	if err := h.start("kube-proxy-"+n.name, n.ns, filepath.Join(h.cfg.Bin, "kube-proxy"), "--config="+d("kube-proxy.yaml")); err != nil {
-		return err
-	}
-	if flannelBackend(h.cfg.CNI) != "" {
-		return h.flannel(n)
-	}
-	return nil
+	return h.start("kube-proxy-"+n.name, n.ns, filepath.Join(h.cfg.Bin, "kube-proxy"), "--config="+d("kube-proxy.yaml"))
 }
 
 func waitFile(path string, timeout time.Duration) error {

@@ -167,12 +167,28 @@ func denied(ctx context.Context, cl cluster.Cluster, outsider, client, ip string
 	if !ok {
 		return fmt.Errorf("policies block the client: %s:%d unreachable from the client (%s)", ip, port, msg)
 	}
-	ok, _, err = try(outsider)
-	if err != nil {
-		return err
+	// A real CNI applies policies asynchronously (Cilium regenerates the endpoints they
+	// select), so the outsider is tried until it is refused, for up to denyWait.
+	deadline := time.Now().Add(denyWait)
+	for {
+		ok, _, err = try(outsider)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("policies not enforced: a pod no policy admits reached the server at %s:%d (still %s after the policies were created)", ip, port, denyWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(denyRetry):
+		}
 	}
-	if ok {
-		return fmt.Errorf("policies not enforced: a pod no policy admits reached the server at %s:%d", ip, port)
-	}
-	return nil
 }
+
+// denyWait is how long the policies may take to stop the outsider; denyRetry the pause
+// between its attempts.
+var denyWait, denyRetry = 30 * time.Second, 500 * time.Millisecond

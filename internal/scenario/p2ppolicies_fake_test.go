@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/cnibench/cnibench/internal/cluster/clustertest"
+	"github.com/cnibench/cnibench/internal/scenario"
 )
 
 func policyNames(pols []networkingv1.NetworkPolicy) []string {
@@ -74,9 +76,20 @@ func TestP2PPoliciesFailsWhenOutsiderReachesServer(t *testing.T) {
 	fc := clustertest.New(clustertest.Config{EnforcePolicies: false})
 	c := fakeCase("p2p-policies", "calico", "intra", "tcp")
 	c.Pods = 4
+	defer scenario.SetDenyWait(300*time.Millisecond, 100*time.Millisecond)()
 	_, err := setUpOn(t, fc, c)
 	if err == nil || !strings.Contains(err.Error(), "policies not enforced: a pod no policy admits reached the server") {
 		t.Errorf("setup: %v, want policies not enforced", err)
+	}
+	// The outsider was tried again while the policies had time to take effect.
+	tries := 0
+	for _, e := range fc.Execs() {
+		if len(e.Cmd) > 1 && e.Cmd[1] == "nc" {
+			tries++
+		}
+	}
+	if tries < 3 {
+		t.Errorf("%d connection attempts, want the client's and the outsider's repeated until denyWait", tries)
 	}
 	fc.AssertEmpty(t)
 }

@@ -20,8 +20,9 @@ import (
 )
 
 // Real Cilium on the test cluster: cilium-agent per node, outside a pod, as the DaemonSet of
-// Cilium's Helm chart runs it in tunnel mode with kube-proxy kept (kubeProxyReplacement=false,
-// no socket LB), Kubernetes IPAM (the Node's pod CIDR), no L7 proxy, Hubble or health
+// Cilium's Helm chart runs it in tunnel mode, with kube-proxy replacement when the cluster runs
+// no kube-proxy (ProxyNone) and without socket LB otherwise, Kubernetes IPAM (the Node's pod
+// CIDR), no L7 proxy, Hubble or health
 // checking (each needs a separate binary or image). Two agents share one kernel here, so each
 // gets a private state: its own bpffs (mounted in the node's directory), state and library
 // directories, API socket, and cgroup v2 subtree (the node's, where runc puts the node's pods:
@@ -39,11 +40,12 @@ var ciliumNetwork = podNetwork{
 	// kube-proxy replacement: Services by socket LB (connect-time, on the node's cgroup v2
 	// subtree where runc puts its pods) and per packet, BPF masquerading and host routing.
 	replacesProxy: true,
-	cluster:       func(h *Harness) error { return h.ciliumCRDs() },
+	cluster:       (*Harness).ciliumCRDs,
 	containerd: func(h *Harness, n nodeInfo) (string, []string, error) {
-		return h.ciliumCNIBin(n), []string{"CILIUM_SOCK=" + ciliumSock(n)}, nil
+		dir, err := h.ciliumCNIBin(n)
+		return dir, []string{"CILIUM_SOCK=" + ciliumSock(n)}, err
 	},
-	agent: func(h *Harness, n nodeInfo) error { return h.cilium(n) },
+	agent: (*Harness).cilium,
 }
 
 const (
@@ -116,15 +118,25 @@ func (h *Harness) ciliumCRDs() error {
 }
 
 // ciliumCNIBin is the node's CNI plugin directory: the host's plugins and cilium-cni.
-func (h *Harness) ciliumCNIBin(n nodeInfo) string {
+func (h *Harness) ciliumCNIBin(n nodeInfo) (string, error) {
 	dir := ciliumDir(n, "cni-bin")
-	_ = os.MkdirAll(dir, 0o755)
-	ents, _ := os.ReadDir("/usr/lib/cni")
-	for _, e := range ents {
-		_ = os.Symlink(filepath.Join("/usr/lib/cni", e.Name()), filepath.Join(dir, e.Name()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
 	}
-	_ = os.Symlink(filepath.Join(h.cfg.Bin, "cilium-cni"), filepath.Join(dir, "cilium-cni"))
-	return dir
+	ents, err := os.ReadDir("/usr/lib/cni")
+	if err != nil {
+		return "", err
+	}
+	links := map[string]string{"cilium-cni": filepath.Join(h.cfg.Bin, "cilium-cni")}
+	for _, e := range ents {
+		links[e.Name()] = filepath.Join("/usr/lib/cni", e.Name())
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil && !os.IsExist(err) {
+			return "", err
+		}
+	}
+	return dir, nil
 }
 
 // cgroup2Point is where the host mounts its cgroup v2 hierarchy ("" when it does not).

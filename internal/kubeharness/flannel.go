@@ -26,9 +26,10 @@ const (
 	CNIFlannel = "flannel"
 	// CNIFlannelHostGW: real Flannel, host-gw backend (routes via the other nodes' addresses).
 	CNIFlannelHostGW = "flannel-hostgw"
-	// CNICilium: real Cilium, VXLAN tunnel, kube-proxy kept: cilium-agent (built from its Go
-	// module by scripts/kube-build.sh) on every node, its datapath compiled with clang at
-	// start, NetworkPolicy enforced in eBPF; cilium-cni attaches the pods (cilium.go).
+	// CNICilium: real Cilium, VXLAN tunnel: cilium-agent (built from its Go module by
+	// scripts/kube-build.sh) on every node, its datapath compiled with clang at start,
+	// NetworkPolicy enforced in eBPF, Services by kube-proxy or, with ProxyMode ProxyNone, by
+	// the agent itself; cilium-cni attaches the pods (cilium.go).
 	CNICilium = "cilium"
 )
 

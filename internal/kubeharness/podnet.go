@@ -18,7 +18,7 @@ type podNetwork struct {
 	// replacesProxy: its agent can serve Services itself, so the cluster may run without
 	// kube-proxy (Config.ProxyMode ProxyNone).
 	replacesProxy bool
-	// cluster runs once the control plane is up, before the nodes start ("" = nothing).
+	// cluster runs once the control plane is up, before the nodes start (nil: nothing).
 	cluster func(h *Harness) error
 	// containerd returns the node's CNI plugin directory and the environment containerd (and
 	// with it the CNI plugins it runs) gets; nil = the host's plugins, no environment.
@@ -36,12 +36,10 @@ const ProxyNone = "none"
 
 // podNetworks are the pod networks a test cluster can run, by Config.CNI.
 var podNetworks = map[string]podNetwork{
-	CNIBridge: {staticRoutes: true, podMTU: 1500, conf: bridgeConf},
-	CNIFlannel: {bins: []string{"flanneld"}, nodeCIDRs: true, podMTU: 1450,
-		agent: func(h *Harness, n nodeInfo) error { return h.flannel(n) }},
-	CNIFlannelHostGW: {bins: []string{"flanneld"}, nodeCIDRs: true, podMTU: 1500,
-		agent: func(h *Harness, n nodeInfo) error { return h.flannel(n) }},
-	CNICilium: ciliumNetwork,
+	CNIBridge:        {staticRoutes: true, podMTU: 1500, conf: bridgeConf},
+	CNIFlannel:       {bins: []string{"flanneld"}, nodeCIDRs: true, podMTU: 1450, agent: (*Harness).flannel},
+	CNIFlannelHostGW: {bins: []string{"flanneld"}, nodeCIDRs: true, podMTU: 1500, agent: (*Harness).flannel},
+	CNICilium:        ciliumNetwork,
 }
 
 // CNIs are the pod networks Config.CNI accepts.

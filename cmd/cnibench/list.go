@@ -97,6 +97,11 @@ func newListCmd() *cobra.Command {
 				fmt.Fprintf(w, "%s\t\t\t\t\tyes\t%s\n", n, scenario.VNFSearchSummary(n))
 			}
 			fmt.Fprintln(w, "\t\t\t\t\t\t")
+			fmt.Fprintln(w, "CHANGE\t\t\t\t\tRUNS HERE\tWHAT (change scenario: --change)")
+			for _, n := range scenario.ChangeKinds() {
+				fmt.Fprintf(w, "%s\t\t\t\t\tyes\t%s\n", n, scenario.ChangeKindSummary(n))
+			}
+			fmt.Fprintln(w, "\t\t\t\t\t\t")
 			fmt.Fprintln(w, "NF KIND\tLAYER\t\t\t\tRUNS HERE\tWHAT / REASON (chain scenario: --nf)")
 			for _, n := range nf.Names() {
 				k, _ := nf.Get(n)

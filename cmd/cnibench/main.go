@@ -45,6 +45,7 @@ throughput, request/response latency and connection rate next to bare baselines.
 		return usagef("%v (see 'cnibench %s --help')", err, c.Name())
 	})
 	root.AddCommand(newRunCmd(), newListCmd(), newDoctorCmd(), newLabCmd(), newImageCmd(), newKubeCmd(), newReportCmd(), newExportCmd(), newPktCmd(), newVersionCmd())
+	root.AddCommand(newProbeCmd()) // hidden: the connection prober of the change-propagation scenario
 	return root
 }
 

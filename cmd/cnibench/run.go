@@ -49,6 +49,8 @@ var caseFlags = []struct{ name, help string }{
 	{"search", "vnf: mlr,binary,ramp: NDR/PDR by an MLRsearch-style search, by RFC 2544 binary searches, or seed 002's maximum feasible throughput by a rate rising 5 % a step (default mlr)"},
 	{"noisy", "vnf: CPU-bound pods beside the VNF replicas (seed 002's local calculation), to sweep (default 0)"},
 	{"noisy-cpu-limit", "vnf: each noisy pod's CPU limit in millicores, to sweep (0 = none; default 0)"},
+	{"change", "change: the kinds of change to time, each made and taken back again and again (see cnibench list; default all)"},
+	{"sync", "change, lab: partial,full: the proxy programs only what changed (kube-proxy's partial sync) or every Service again (default partial)"},
 	{"repeat", "trials per case (default 12)"},
 	{"duration", "seconds per trial (default 10)"},
 	{"warmup", "seconds of the warm-up trial the statistics skip; 0 = none (default 2)"},

@@ -32,12 +32,14 @@ type Key struct {
 	// Proxy and Policy are the case labels: the Service implementation and policy engine a lab
 	// is built with (empty on a real cluster, which runs its own).
 	Proxy, Policy string
-	MTU, Nodes    int
+	// Sync is how a lab's proxy programs changes ("partial", "full"; "" = the lab's default).
+	Sync       string
+	MTU, Nodes int
 }
 
 // KeyOf is the key of a case's cluster.
 func KeyOf(cs result.CaseSpec) Key {
-	return Key{Backend: cs.Case.Backend, Dataplane: cs.Case.Dataplane, Proxy: cs.Case.Proxy, Policy: cs.Case.Policy, MTU: cs.Case.MTU, Nodes: cs.Case.Nodes}
+	return Key{Backend: cs.Case.Backend, Dataplane: cs.Case.Dataplane, Proxy: cs.Case.Proxy, Policy: cs.Case.Policy, Sync: cs.Case.Sync, MTU: cs.Case.MTU, Nodes: cs.Case.Nodes}
 }
 
 // Option is one of a backend's own settings, given on the command line as --NAME.

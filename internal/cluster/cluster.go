@@ -129,6 +129,11 @@ type ServiceSpec struct {
 	Name     string
 	Selector map[string]string
 	Ports    []ServicePort
+	// ClusterIP asks for this ClusterIP (Kubernetes' spec.clusterIP): one a deleted Service
+	// had, so that a client can probe the address before the Service exists again (the change
+	// scenario); "" = the cluster picks one. An address in use or outside the cluster's
+	// service range is an error.
+	ClusterIP string
 	// NodePort makes it a NodePort Service: each port is also served on every node's address.
 	NodePort bool
 	// ExternalLocal is externalTrafficPolicy Local: NodePort traffic goes only to endpoints on

@@ -85,7 +85,7 @@ var tools = map[string][]string{
 // protocol's driver) over protocol needs: the packet engine is cnibench itself, and its
 // scenario reads the pods' CPUs with busybox.
 func CaseTools(tool, protocol string) ([]string, error) {
-	if tool == PktTool {
+	if tool == PktTool || tool == ProbeTool {
 		return []string{BusyboxPath}, nil
 	}
 	return Tools(protocol)

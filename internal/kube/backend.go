@@ -164,6 +164,7 @@ func (*backend) Resolve(cases []result.CaseSpec) ([]result.CaseSpec, error) {
 		c := &cs.Case
 		c.Backend = backendName
 		c.MTU, c.Nodes = 0, 0 // a cluster has its own
+		c.Sync = ""           // and its proxy syncs the way it does: the same case on the cluster
 		if c.Scenario != "baseline" {
 			c.Dataplane, c.Attach, c.Overlay, c.Proxy, c.Policy = clusterDataplane, "", "", "", ""
 		}

@@ -27,7 +27,7 @@ func (c *Cluster) serviceObject(spec cluster.ServiceSpec) *corev1.Service {
 	sel[RunLabel] = LabelValue(c.cfg.RunID)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: spec.Name, Namespace: c.ns, Labels: map[string]string{ManagedBy: ManagedByValue, RunLabel: LabelValue(c.cfg.RunID)}},
-		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: sel},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: sel, ClusterIP: spec.ClusterIP},
 	}
 	for _, p := range spec.Ports {
 		target := p.TargetPort

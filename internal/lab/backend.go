@@ -135,7 +135,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // NewCluster implements cluster.Backend: a lab with a fresh prefix.
 func (Backend) NewCluster(ctx context.Context, k cluster.Key) (cluster.Cluster, error) {
-	return Up(ctx, Config{Prefix: NewPrefix(), Dataplane: k.Dataplane, Nodes: k.Nodes, MTU: k.MTU, Proxy: k.Proxy, Policy: k.Policy})
+	return Up(ctx, Config{Prefix: NewPrefix(), Dataplane: k.Dataplane, Nodes: k.Nodes, MTU: k.MTU, Proxy: k.Proxy, Policy: k.Policy, Sync: k.Sync})
 }
 
 // Standing implements cluster.Backend: labs are isolated from each other and cheap (a

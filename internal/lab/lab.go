@@ -46,7 +46,16 @@ type Config struct {
 	// Proxy and Policy override the preset's Service implementation and policy engine ("" =
 	// the preset's); see dataplane.Proxies and dataplane.PolicyEngines.
 	Proxy, Policy string
+	// Sync is how the proxy programs a change: "partial" (the default; only what changed,
+	// where the proxy can: dataplane.PartialProxy) or "full" (every Service again).
+	Sync string
 }
+
+// The sync modes of Config.Sync.
+const (
+	SyncPartial = "partial"
+	SyncFull    = "full"
+)
 
 var prefixRe = regexp.MustCompile(`^cnb[a-z0-9]{1,8}$`)
 
@@ -99,6 +108,13 @@ func (c *Config) defaults() error {
 	}
 	if err := ValidPrefix(c.Prefix); err != nil {
 		return err
+	}
+	switch c.Sync {
+	case "":
+		c.Sync = SyncPartial
+	case SyncPartial, SyncFull:
+	default:
+		return fmt.Errorf("sync %q: want %s or %s", c.Sync, SyncPartial, SyncFull)
 	}
 	if c.Nodes < 1 || c.Nodes > 64 {
 		return fmt.Errorf("nodes %d out of range (1..64)", c.Nodes)
@@ -182,6 +198,7 @@ type Lab struct {
 	nodePorts  map[int]bool // NodePorts in use
 	svcFree    []int        // offsets of deleted Services, reused oldest first once the range is used up
 	svcChains  []string     // chains of the last rendering
+	svcState   []any        // per node (by index), the partial proxy's state of its last applied rendering
 	filtering  bool         // the nodes are ready for filtering (Attach.Filtered)
 	progMu     sync.Mutex
 	programmed map[string]float64 // what the last Service/policy programming installed
@@ -451,7 +468,7 @@ func (l *Lab) Facts() cluster.Facts {
 	details := map[string]any{
 		"attach": attach, "overlay": overlay, "proxy": proxy, "policy": policy,
 		"emulates": l.dp.Preset.Emulates, "underlay_mtu": l.cfg.MTU, "nodes": l.cfg.Nodes,
-		"cluster_cidr": l.cfg.ClusterCIDR, "underlay_cidr": l.cfg.UnderlayCIDR, "prefix": l.cfg.Prefix,
+		"proxy_sync": l.proxySync(), "cluster_cidr": l.cfg.ClusterCIDR, "underlay_cidr": l.cfg.UnderlayCIDR, "prefix": l.cfg.Prefix,
 		"cpu_accounting": "lab nodes share the host kernel: node CPU figures are host-wide /proc/stat",
 	}
 	for k, v := range l.dp.Overlay.Facts(l.dp.Preset) {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/lab/dataplane"
 	"github.com/cnibench/cnibench/internal/lab/proxy"
 )
 
@@ -98,6 +100,23 @@ func (l *Lab) allocClusterIP() (int, bool) {
 	return n, true
 }
 
+// takeClusterIP gives a Service the ClusterIP it asks for (caller holds mu): one the lab
+// handed out before and no Service holds now (a deleted Service's), so that the sequential
+// allocation never hands it out again while it is in use.
+func (l *Lab) takeClusterIP(ip string) (int, error) {
+	var a, b int
+	if _, err := fmt.Sscanf(ip, serviceBase+".%d.%d", &a, &b); err != nil || a > 255 || b > 255 || fmt.Sprintf("%s.%d.%d", serviceBase, a, b) != ip {
+		return 0, fmt.Errorf("ClusterIP %q is not in the lab's service range %s.0.0/16", ip, serviceBase)
+	}
+	n := a*256 + b
+	i := slices.Index(l.svcFree, n)
+	if i < 0 {
+		return 0, fmt.Errorf("ClusterIP %s is not free: ask only for the address of a deleted Service", ip)
+	}
+	l.svcFree = slices.Delete(l.svcFree, i, i+1)
+	return n, nil
+}
+
 // CreateServices implements cluster.Cluster: the Services are programmed in every node the
 // way the lab's proxy does it, with one rendering and one apply per node, and are ready when it
 // returns. Endpoints are the pods matching each selector now; pods created or deleted later
@@ -136,8 +155,15 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 			err = fmt.Errorf("service %q already exists", spec.Name)
 			break
 		}
-		n, ok := l.allocClusterIP()
-		if !ok {
+		var n int
+		var ok bool
+		if spec.ClusterIP != "" {
+			var terr error
+			if n, terr = l.takeClusterIP(spec.ClusterIP); terr != nil {
+				err = fmt.Errorf("service %s: %w", spec.Name, terr)
+				break
+			}
+		} else if n, ok = l.allocClusterIP(); !ok {
 			err = fmt.Errorf("service %s: the lab's service range %s.0.0/16 is full (%d Services)", spec.Name, serviceBase, len(l.services))
 			break
 		}
@@ -273,19 +299,35 @@ func (l *Lab) programServices() error {
 	counts := make([]proxy.Counts, len(l.nodes))
 	var renderMS float64
 	var mu sync.Mutex
+	partial, _ := l.dp.Proxy.(dataplane.PartialProxy)
+	if l.cfg.Sync == SyncFull {
+		partial = nil
+	}
+	if l.svcState == nil {
+		l.svcState = make([]any, len(l.nodes))
+	}
 	err := cluster.Parallel(context.Background(), len(l.nodes), len(l.nodes), func(i int) error {
 		n := l.nodes[i]
 		t0 := time.Now()
 		opt := proxy.Options{ClusterCIDR: l.cfg.ClusterCIDR, ServiceCIDR: serviceBase + ".0.0/16", Stale: stale,
 			NodeName: n.name, NodeIPs: []string{n.ip.String()}}
-		input, cnt := l.dp.Proxy.Render(svcs, opt)
+		var input []byte
+		var cnt proxy.Counts
+		var next any
+		if partial != nil {
+			input, next, cnt = partial.RenderPartial(l.svcState[i], svcs, opt)
+		} else {
+			input, cnt = l.dp.Proxy.Render(svcs, opt)
+		}
 		mu.Lock()
 		renderMS = max(renderMS, float64(time.Since(t0).Microseconds())/1000)
 		counts[i] = cnt
 		mu.Unlock()
+		l.svcState[i] = nil // until the rendering is applied, the node's state is unknown
 		if err := l.dp.Proxy.Apply(l.view(n), input); err != nil {
 			return fmt.Errorf("program Services in %s: %w", n.name, err)
 		}
+		l.svcState[i] = next
 		at := time.Now()
 		for tr, eps := range tracked {
 			tr.programmed(n.name, eps, at)
@@ -312,10 +354,19 @@ func (l *Lab) programServices() error {
 	l.record(map[string]float64{
 		"proxy_services_count": float64(cnt.Services), "proxy_endpoints_count": float64(cnt.Endpoints),
 		"proxy_chains_count": float64(cnt.Chains), "proxy_rules_count": float64(cnt.Rules),
-		"proxy_render_ms":  renderMS,
-		"proxy_program_ms": float64(time.Since(start).Microseconds()) / 1000,
+		"proxy_changed_count": float64(cnt.Changed),
+		"proxy_render_ms":     renderMS,
+		"proxy_program_ms":    float64(time.Since(start).Microseconds()) / 1000,
 	})
 	return nil
+}
+
+// proxySync is how the lab's proxy programs changes (Facts): partial only where the proxy can.
+func (l *Lab) proxySync() string {
+	if _, ok := l.dp.Proxy.(dataplane.PartialProxy); !ok && l.cfg.Sync == SyncPartial {
+		return SyncFull + " (the " + l.dp.Proxy.Name() + " proxy has no partial sync)"
+	}
+	return l.cfg.Sync
 }
 
 // filtered readies every node, once, for Services and policies that filter pod traffic in the

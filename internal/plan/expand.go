@@ -108,6 +108,8 @@ func (res resolved) cases(scen, backend string, copies int) []result.Case {
 	cs = along(cs, res.frameSizes, func(c *result.Case, v int) { c.FrameSize = v })
 	cs = along(cs, res.lbs, func(c *result.Case, v string) { c.LB = v })
 	cs = along(cs, res.searches, func(c *result.Case, v string) { c.Search = v })
+	cs = along(cs, res.changes, func(c *result.Case, v string) { c.Change = v })
+	cs = along(cs, res.syncs, func(c *result.Case, v string) { c.Sync = v })
 	cs = along(cs, res.noisy, func(c *result.Case, v int) { c.Noisy = v })
 	cs = along(cs, res.noisyLimits, func(c *result.Case, v int) { c.NoisyCPULimit = v })
 	if copies > 1 {

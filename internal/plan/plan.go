@@ -39,7 +39,7 @@ var Keys = []string{
 	"scenario", "dataplane", "placement", "protocol",
 	"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules",
 	"external-traffic-policy", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb",
-	"search", "noisy", "noisy-cpu-limit",
+	"search", "noisy", "noisy-cpu-limit", "change", "sync",
 	"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies",
 }
 
@@ -60,6 +60,10 @@ var CPUIsolations = []string{"shared", "exclusive"}
 // controller moved off the node traffic enters by).
 var LoadBalancers = []string{"service", "ingress", "ingress-remote"}
 
+// SyncModes are the values of key sync: how the lab's proxy programs a change, only what
+// changed (as kube-proxy's partial syncs do) or every Service again (a full resync).
+var SyncModes = []string{"partial", "full"}
+
 // Catalog describes what this build and host can run.
 type Catalog struct {
 	Scenarios  map[string]scenario.Info     // the plan reads Dataplanes, Placements, Protocols, their defaults, Params, Valid and Check
@@ -73,6 +77,8 @@ type Catalog struct {
 	VNFs []string
 	// Searches are the ways a VNF trial finds its rates (nil = any).
 	Searches []string
+	// Changes are the kinds of change the change scenario makes (nil = any).
+	Changes []string
 }
 
 // Group is one case group of a plan (or the flags). A nil slice or pointer means the key is
@@ -106,13 +112,17 @@ type Group struct {
 	Search        []string `yaml:"search,omitempty,flow"`
 	Noisy         []int    `yaml:"noisy,omitempty,flow"`
 	NoisyCPULimit []int    `yaml:"noisy-cpu-limit,omitempty,flow"`
-	Repeat        *int     `yaml:"repeat,omitempty"`   // trials per case
-	Duration      *int     `yaml:"duration,omitempty"` // seconds per trial
-	Warmup        *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
-	CPUs          *[2]int  `yaml:"cpus,omitempty,flow"`
-	MTU           *int     `yaml:"mtu,omitempty"` // underlay MTU
-	Nodes         *int     `yaml:"nodes,omitempty"`
-	Copies        *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
+	// Change sweeps the kind of change the change scenario makes (service-add, ...); Sync how
+	// the lab's proxy programs it (partial, full).
+	Change   []string `yaml:"change,omitempty,flow"`
+	Sync     []string `yaml:"sync,omitempty,flow"`
+	Repeat   *int     `yaml:"repeat,omitempty"`   // trials per case
+	Duration *int     `yaml:"duration,omitempty"` // seconds per trial
+	Warmup   *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
+	CPUs     *[2]int  `yaml:"cpus,omitempty,flow"`
+	MTU      *int     `yaml:"mtu,omitempty"` // underlay MTU
+	Nodes    *int     `yaml:"nodes,omitempty"`
+	Copies   *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
 
 	// ExternalTrafficPolicy sweeps the externalTrafficPolicy of a NodePort Service reached from
 	// outside the cluster (n2s): cluster, local.
@@ -227,6 +237,8 @@ func (g Group) clone() Group {
 	c.FrameSize = slices.Clone(g.FrameSize)
 	c.LB = slices.Clone(g.LB)
 	c.Search = slices.Clone(g.Search)
+	c.Change = slices.Clone(g.Change)
+	c.Sync = slices.Clone(g.Sync)
 	c.Noisy = slices.Clone(g.Noisy)
 	c.NoisyCPULimit = slices.Clone(g.NoisyCPULimit)
 	c.ExternalTrafficPolicy = slices.Clone(g.ExternalTrafficPolicy)
@@ -271,6 +283,10 @@ func (g *Group) strList(k string) *[]string {
 		return &g.LB
 	case "search":
 		return &g.Search
+	case "change":
+		return &g.Change
+	case "sync":
+		return &g.Sync
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ func testCatalog() Catalog {
 	}
 }
 
-const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit, repeat, duration, warmup, cpus, mtu, nodes, copies"
+const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit, change, sync, repeat, duration, warmup, cpus, mtu, nodes, copies"
 
 func mustParse(t *testing.T, text string) []Group {
 	t.Helper()
@@ -232,7 +232,7 @@ func TestValidateErrors(t *testing.T) {
 
 func TestValidateUnusedParam(t *testing.T) {
 	err := Validate(mustParse(t, "- scenario: baseline\n  services: [5]\n"), testCatalog(), "plans/x.yaml")
-	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit it uses none of them): remove it"
+	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit, change, sync it uses none of them): remove it"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}

@@ -11,7 +11,7 @@ import (
 
 // paramKeys are the keys a scenario uses only when its Info.Params name them.
 var paramKeys = []string{"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules", "external-traffic-policy",
-	"vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb", "search", "noisy", "noisy-cpu-limit"}
+	"vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb", "search", "noisy", "noisy-cpu-limit", "change", "sync"}
 
 // bounds is the inclusive range of an integer key.
 type bounds struct{ lo, hi int }
@@ -121,7 +121,7 @@ type resolved struct {
 	dataplanes, placements, protocols, proxies, policyNames, nfs []string
 	services, policies, pods, replicas, lengths, rules           []int
 	etps                                                         []string // externalTrafficPolicy
-	vnfs, isolations, lbs, searches                              []string
+	vnfs, isolations, lbs, searches, changes, syncs              []string
 	cpuLimits, frameSizes, noisy, noisyLimits                    []int
 }
 
@@ -168,6 +168,8 @@ func resolveGroup(g *Group, info scenario.Info, cat Catalog) resolved {
 		frameSizes:  orInt(g.FrameSize, orInt(info.DefaultInts["frame-size"], []int{0})),
 		lbs:         orStr(g.LB, orStr(info.DefaultStrs["lb"], []string{""})),
 		searches:    orStr(g.Search, orStr(info.DefaultStrs["search"], []string{""})),
+		changes:     orStr(g.Change, orStr(info.DefaultStrs["change"], []string{""})),
+		syncs:       orStr(g.Sync, orStr(info.DefaultStrs["sync"], []string{""})),
 		noisy:       orInt(g.Noisy, orInt(info.DefaultInts["noisy"], []int{0})),
 		noisyLimits: orInt(g.NoisyCPULimit, orInt(info.DefaultInts["noisy-cpu-limit"], []int{0})),
 	}
@@ -233,13 +235,14 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Free-form string lists.
-	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy", "vnf", "cpu-isolation", "lb", "search"} {
+	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy", "vnf", "cpu-isolation", "lb", "search", "change", "sync"} {
 		vals := *g.strList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
 		}
 		allowed := map[string][]string{"proxy": cat.Proxies, "policy": cat.Policies, "nf": cat.NFs, "external-traffic-policy": ExternalTrafficPolicies,
-			"vnf": cat.VNFs, "cpu-isolation": CPUIsolations, "lb": LoadBalancers, "search": cat.Searches}[key]
+			"vnf": cat.VNFs, "cpu-isolation": CPUIsolations, "lb": LoadBalancers, "search": cat.Searches,
+			"change": cat.Changes, "sync": SyncModes}[key]
 		for i, v := range vals {
 			if v == "" {
 				return c.fail(key, i, "empty value")

@@ -170,7 +170,7 @@ func conditionInt(t Trial, key string) (int, bool) {
 }
 
 // caseLabels are a case's labels as name/value pairs, in the order of DESIGN.md's case
-// labels; external_traffic_policy and scale dimensions beyond the four counts (mtu, nodes,
+// labels; external_traffic_policy, change, sync and scale dimensions beyond the four counts (mtu, nodes,
 // copy) only when set.
 func caseLabels(c Case) [][2]string {
 	l := [][2]string{
@@ -181,6 +181,12 @@ func caseLabels(c Case) [][2]string {
 	}
 	if c.ExternalTrafficPolicy != "" {
 		l = append(l, [2]string{"external_traffic_policy", c.ExternalTrafficPolicy})
+	}
+	if c.Change != "" {
+		l = append(l, [2]string{"change", c.Change})
+	}
+	if c.Sync != "" {
+		l = append(l, [2]string{"sync", c.Sync})
 	}
 	for _, d := range c.Dims() {
 		switch d.Name {

@@ -47,6 +47,11 @@ type Case struct {
 	// Search is how a VNF's trial finds its rates ("" or "mlr": NDR and PDR by an
 	// MLRsearch-style search; "binary": RFC 2544's; "ramp": seed 002's rising rate).
 	Search string `json:"search,omitempty"`
+	// Change is the kind of change the change scenario makes and times (service-add,
+	// service-remove, ...); Sync how the lab's proxy programs it: "partial" (only what changed,
+	// as kube-proxy's partial syncs) or "full" (every Service again).
+	Change string `json:"change,omitempty"`
+	Sync   string `json:"sync,omitempty"`
 	// Noisy is the number of CPU-bound pods beside a VNF's replicas (seed 002's "local
 	// calculation"), NoisyCPULimit each one's CPU limit in millicores (0: none).
 	Noisy         int `json:"noisy,omitempty"`
@@ -101,6 +106,12 @@ func (c Case) Modes() []string {
 	}
 	if c.Search != "" {
 		out = append(out, "search="+c.Search)
+	}
+	if c.Change != "" {
+		out = append(out, "change="+c.Change)
+	}
+	if c.Sync != "" {
+		out = append(out, "sync="+c.Sync)
 	}
 	return out
 }

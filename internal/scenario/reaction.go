@@ -354,16 +354,7 @@ func (f *reactionFixture) Trial(ctx context.Context, durationS int) (Measurement
 	if err != nil {
 		return fail(err)
 	}
-	m["probe_clock_offset_ms"] = ms(shift)
-	m["probe_clock_uncertainty_ms"] = ms(unc)
-	if cpuErr == nil && cpuErr2 == nil {
-		busy, sirq := cluster.Busy(before, after)
-		m["cpu_node_busy_pct"], m["cpu_node_softirq_pct"] = busy, sirq
-		m["cpu_node_steal_pct"] = cluster.StealPct(before, after)
-	}
-	for k, v := range f.setup {
-		m[k] = v
-	}
+	addProbeConditions(m, shift, unc, before, after, errors.Join(cpuErr, cpuErr2), f.setup)
 	for k, v := range counted(cnt0, cnt1) {
 		m[k] = v
 	}
@@ -592,6 +583,22 @@ func (st reactionStep) times(evs []cluster.EndpointEvent, node string) (stepTime
 	t.control = ms(ctl.At.Sub(from.At))
 	t.data = t.total - t.control
 	return t, nil
+}
+
+// addProbeConditions adds a probing trial's conditions to its figures: the offset applied to
+// the pod's clock and its uncertainty, the client node's CPU over the trial (when both
+// samples were read: cpuErr nil) and the case's set-up figures.
+func addProbeConditions(m map[string]float64, shift, unc time.Duration, before, after cluster.CPUSample, cpuErr error, setup map[string]float64) {
+	m["probe_clock_offset_ms"] = ms(shift)
+	m["probe_clock_uncertainty_ms"] = ms(unc)
+	if cpuErr == nil {
+		busy, sirq := cluster.Busy(before, after)
+		m["cpu_node_busy_pct"], m["cpu_node_softirq_pct"] = busy, sirq
+		m["cpu_node_steal_pct"] = cluster.StealPct(before, after)
+	}
+	for k, v := range setup {
+		m[k] = v
+	}
 }
 
 // reactionMetrics are a trial's figures: per direction the mean, P50 (nearest rank) and

@@ -147,18 +147,18 @@ func (r *reactionFake) Start(ctx context.Context, pod string, argv []string, rea
 	r.mu.Lock()
 	r.probes++
 	r.mu.Unlock()
-	return &fakeProbe{r: r, start: time.Now()}, nil
+	return &fakeProbe{r: r, clockedProcess: clockedProcess{start: time.Now()}}, nil
 }
 
-// fakeProbe is a probe process whose output is made up from the data plane's schedule.
-type fakeProbe struct {
-	r     *reactionFake
+// clockedProcess is a made-up process that runs from start until Stop; its output is made up
+// from the time it ran.
+type clockedProcess struct {
 	start time.Time
 	mu    sync.Mutex
 	end   time.Time
 }
 
-func (p *fakeProbe) Stop() error {
+func (p *clockedProcess) Stop() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.end.IsZero() {
@@ -167,13 +167,24 @@ func (p *fakeProbe) Stop() error {
 	return nil
 }
 
-func (p *fakeProbe) Output() []byte {
+// until is when the process stopped (stopped true), or now while it runs.
+func (p *clockedProcess) until() (end time.Time, stopped bool) {
 	p.mu.Lock()
-	end := p.end
-	p.mu.Unlock()
-	if end.IsZero() {
-		end = time.Now()
+	defer p.mu.Unlock()
+	if p.end.IsZero() {
+		return time.Now(), false
 	}
+	return p.end, true
+}
+
+// fakeProbe is a probe process whose output is made up from the data plane's schedule.
+type fakeProbe struct {
+	r *reactionFake
+	clockedProcess
+}
+
+func (p *fakeProbe) Output() []byte {
+	end, _ := p.until()
 	p.r.mu.Lock()
 	defer p.r.mu.Unlock()
 	var b strings.Builder

@@ -293,8 +293,12 @@ func (f *Fake) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) 
 		made[i] = service{Service: svc, selector: maps.Clone(s.Selector), local: s.NodePort && s.ExternalLocal}
 	}
 	for i, s := range made {
-		f.vips++
-		s.ClusterIP = fmt.Sprintf("10.96.%d.%d", f.vips/250, f.vips%250)
+		if s.ClusterIP = specs[i].ClusterIP; s.ClusterIP == "" {
+			f.vips++
+			s.ClusterIP = fmt.Sprintf("10.96.%d.%d", f.vips/250, f.vips%250)
+		} else if slices.ContainsFunc(f.services, func(o service) bool { return o.ClusterIP == s.ClusterIP }) {
+			return nil, fmt.Errorf("service %s: ClusterIP %s is in use", s.Name, s.ClusterIP)
+		}
 		for _, p := range f.selected(s.selector) {
 			s.Endpoints = append(s.Endpoints, p.IP)
 		}

@@ -92,7 +92,7 @@ func needLB(t *testing.T) {
 
 // scratchNode is a Node with a bpf file system of its own in a scratch directory (unmounted at
 // the end) and, if ns, a scratch network namespace named like a lab's (deleted at the end).
-func scratchNode(t *testing.T, ns bool) Node {
+func scratchNode(t testing.TB, ns bool) Node {
 	t.Helper()
 	n := Node{Dir: filepath.Join(t.TempDir(), "bpf")}
 	t.Cleanup(func() {

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -345,103 +346,272 @@ func protoNum(proto string) uint8 {
 	return 6
 }
 
-// setLBTable makes a load balancer's table hold exactly svcs: backends first, the Services
-// that count them next, then what is no longer wanted goes.
-func setLBTable(sm, bm *ebpf.Map, svcs []Service) error {
-	var (
-		sk   []pcChainPcSvcKey
-		sv   []pcChainPcSvc
-		bk   []pcChainPcBeKey
-		bv   []pcChainPcAddr
-		want = map[pcChainPcSvcKey]uint32{}
-	)
-	for _, s := range svcs {
-		k := pcChainPcSvcKey{Addr: be32(s.Addr), Port: be16(s.Port), Proto: protoNum(s.Proto)}
-		if _, dup := want[k]; dup {
-			return fmt.Errorf("service %s twice", s.key())
+// pcTable is the layout of the polycube ILB's and ELB's maps (the Service's flags and the
+// backends' Remote are unused: the cube says what a Service is).
+var pcTable = tableLayout[pcChainPcSvcKey, pcChainPcSvc, pcChainPcBeKey, pcChainPcAddr]{
+	key: func(k ServiceKey) pcChainPcSvcKey {
+		return pcChainPcSvcKey{Addr: be32(k.Addr), Port: be16(k.Port), Proto: protoNum(k.Proto)}
+	},
+	svc:     func(s Service) pcChainPcSvc { return pcChainPcSvc{Count: uint32(len(s.Backends))} },
+	count:   func(v pcChainPcSvc) uint32 { return v.Count },
+	slot:    func(k pcChainPcSvcKey, i uint32) pcChainPcBeKey { return pcChainPcBeKey{Svc: k, Slot: i} },
+	unslot:  func(b pcChainPcBeKey) (pcChainPcSvcKey, uint32) { return b.Svc, b.Slot },
+	backend: func(b Backend) pcChainPcAddr { return pcChainPcAddr{Addr: be32(b.Addr()), Port: be16(b.Port())} },
+}
+
+// Key is the NodePort's key in the ELB.
+func (np PolycubeNodePort) Key() ServiceKey {
+	return ServiceKey{Addr: np.Addr, Port: np.Port, Proto: np.Proto}
+}
+
+// elbService is the NodePort's ELB entry.
+func (np PolycubeNodePort) elbService() Service {
+	s := Service{Addr: np.Addr, Port: np.Port, Proto: np.Proto, NodePort: true}
+	for _, b := range np.Backends {
+		s.Backends = append(s.Backends, Backend{AddrPort: b})
+	}
+	return s
+}
+
+// PolycubeNATPort is a NodePort as DISC-NAT's nat_ports holds it: by port and protocol only,
+// whatever the node address (NodePorts at several addresses of a node share it).
+type PolycubeNATPort struct {
+	Port  uint16
+	Proto string
+}
+
+func (p PolycubeNATPort) key() pcChainNatPortKey {
+	return pcChainNatPortKey{Port: be16(p.Port), Proto: protoNum(p.Proto)}
+}
+
+// natPorts are DISC-NAT's entries for nps, sorted (natKeyCompare); an error when a port is
+// Local at one address and Cluster at another: DISC-NAT cannot tell them apart.
+func natPorts(nps []PolycubeNodePort) (keys []pcChainNatPortKey, vals []pcChainNatPort, err error) {
+	ports := map[pcChainNatPortKey]pcChainNatPort{}
+	for _, np := range nps {
+		k := PolycubeNATPort{Port: np.Port, Proto: np.Proto}.key()
+		v := pcChainNatPort{}
+		if np.Local {
+			v.Local = 1
 		}
-		want[k] = uint32(len(s.Backends))
-		sk, sv = append(sk, k), append(sv, pcChainPcSvc{Count: uint32(len(s.Backends))})
-		for i, b := range s.Backends {
-			bk = append(bk, pcChainPcBeKey{Svc: k, Slot: uint32(i)})
-			bv = append(bv, pcChainPcAddr{Addr: be32(b.Addr()), Port: be16(b.Port())})
+		if old, dup := ports[k]; dup && old != v {
+			return nil, nil, fmt.Errorf("NodePort %s/%d: Local and Cluster at once", np.Proto, np.Port)
+		}
+		ports[k] = v
+	}
+	keys = make([]pcChainNatPortKey, 0, len(ports))
+	for k := range ports {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, natKeyCompare)
+	vals = make([]pcChainNatPort, len(keys))
+	for i, k := range keys {
+		vals[i] = ports[k]
+	}
+	return keys, vals, nil
+}
+
+func natKeyCompare(a, b pcChainNatPortKey) int {
+	if a.Port != b.Port {
+		return int(a.Port) - int(b.Port)
+	}
+	return int(a.Proto) - int(b.Proto)
+}
+
+// pcServiceMaps opens the node's Service tables, closed by the function it returns (caller
+// holds the lock; an error when the node has no provider).
+func (n Node) pcServiceMaps() (map[string]*ebpf.Map, func(), error) {
+	ms := map[string]*ebpf.Map{}
+	closeAll := func() {
+		for _, m := range ms {
+			m.Close()
 		}
 	}
-	if err := batchUpdate(bm, bk, bv); err != nil {
-		return fmt.Errorf("backends: %w", err)
+	if _, ok := n.pcBuild(); !ok {
+		return nil, nil, fmt.Errorf("node %s has no polycube provider", n.NS)
 	}
-	if err := batchUpdate(sm, sk, sv); err != nil {
-		return fmt.Errorf("services: %w", err)
+	for _, name := range []string{"ilb_svc", "ilb_be", "elb_svc", "elb_be", "nat_ports"} {
+		m, err := n.pcMap(name)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		ms[name] = m
 	}
-	if err := deleteWhere(bm, func(b pcChainPcBeKey) bool { c, ok := want[b.Svc]; return !ok || b.Slot >= c }); err != nil {
-		return fmt.Errorf("backends: %w", err)
-	}
-	if err := deleteWhere(sm, func(k pcChainPcSvcKey) bool { _, ok := want[k]; return !ok }); err != nil {
-		return fmt.Errorf("services: %w", err)
-	}
-	return nil
+	return ms, closeAll, nil
 }
 
 // PolycubeSetServices makes the node's ILB, ELB and DISC-NAT hold exactly s. Sessions already
 // in their tables keep their backend.
 func (n Node) PolycubeSetServices(s PolycubeServices) error {
 	defer n.lock()()
-	if _, ok := n.pcBuild(); !ok {
-		return fmt.Errorf("node %s has no polycube provider", n.NS)
+	ms, done, err := n.pcServiceMaps()
+	if err != nil {
+		return err
 	}
-	ms := map[string]*ebpf.Map{}
-	for _, name := range []string{"ilb_svc", "ilb_be", "elb_svc", "elb_be", "nat_ports"} {
-		m, err := n.pcMap(name)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		ms[name] = m
+	defer done()
+	keys, vals, err := natPorts(s.NodePorts)
+	if err != nil {
+		return err
 	}
-	if err := setLBTable(ms["ilb_svc"], ms["ilb_be"], s.ClusterIPs); err != nil {
+	if err := setTable(ms["ilb_svc"], ms["ilb_be"], pcTable, s.ClusterIPs); err != nil {
 		return fmt.Errorf("ILB: %w", err)
 	}
-	var elb []Service
-	ports := map[pcChainNatPortKey]pcChainNatPort{}
+	elb := make([]Service, 0, len(s.NodePorts))
 	for _, np := range s.NodePorts {
-		svc := Service{Addr: np.Addr, Port: np.Port, Proto: np.Proto, NodePort: true}
-		for _, b := range np.Backends {
-			svc.Backends = append(svc.Backends, Backend{AddrPort: b})
-		}
-		elb = append(elb, svc)
-		k := pcChainNatPortKey{Port: be16(np.Port), Proto: protoNum(np.Proto)}
-		v := pcChainNatPort{}
-		if np.Local {
-			v.Local = 1
-		}
-		if old, dup := ports[k]; dup && old != v {
-			return fmt.Errorf("NodePort %s/%d: Local and Cluster at once", np.Proto, np.Port)
-		}
-		ports[k] = v
+		elb = append(elb, np.elbService())
 	}
-	// DISC-NAT's NodePorts first: a NodePort the ELB knows but DISC-NAT does not goes up the
-	// stack, which is what a NodePort being set up should do.
-	keys := make([]pcChainNatPortKey, 0, len(ports))
-	for k := range ports {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		return keys[i].Port < keys[j].Port || keys[i].Port == keys[j].Port && keys[i].Proto < keys[j].Proto
-	})
-	vals := make([]pcChainNatPort, len(keys))
-	for i, k := range keys {
-		vals[i] = ports[k]
-	}
-	if err := setLBTable(ms["elb_svc"], ms["elb_be"], elb); err != nil {
+	// DISC-NAT's NodePorts after the ELB's: a NodePort the ELB knows but DISC-NAT does not goes
+	// up the stack, which is what a NodePort being set up should do.
+	if err := setTable(ms["elb_svc"], ms["elb_be"], pcTable, elb); err != nil {
 		return fmt.Errorf("ELB: %w", err)
 	}
 	if err := batchUpdate(ms["nat_ports"], keys, vals); err != nil {
 		return fmt.Errorf("DISC-NAT NodePorts: %w", err)
 	}
-	if err := deleteWhere(ms["nat_ports"], func(k pcChainNatPortKey) bool { _, ok := ports[k]; return !ok }); err != nil {
+	want := make(map[pcChainNatPortKey]bool, len(keys))
+	for _, k := range keys {
+		want[k] = true
+	}
+	if err := deleteWhere(ms["nat_ports"], func(k pcChainNatPortKey) bool { return !want[k] }); err != nil {
 		return fmt.Errorf("DISC-NAT NodePorts: %w", err)
 	}
 	return nil
+}
+
+// PolycubeChange is a change to a node's Service tables, what a partial rendering programs:
+// ILB entries written (each whole, with every backend) and deleted; NodePorts written (their
+// ELB entry and DISC-NAT port) and deleted from the ELB; and DISC-NAT ports deleted, listed on
+// their own because NodePorts at several addresses of the node share one: it goes with the
+// last of them.
+type PolycubeChange struct {
+	ClusterIPs     []Service
+	GoneClusterIPs []ServiceKey
+	NodePorts      []PolycubeNodePort
+	GoneNodePorts  []ServiceKey
+	GoneNATPorts   []PolycubeNATPort
+}
+
+// PolycubeChangeServices applies a change to the node's tables, touching only the entries it
+// names (changeTable). The NodePorts follow the order a packet from the network meets them in:
+// the ELB's entries are written before DISC-NAT's ports, which send packets to them, and
+// DISC-NAT's ports go before the ELB's entries do. A key named twice (upserted and deleted at
+// once) is an error, and nothing is written then.
+func (n Node) PolycubeChangeServices(c PolycubeChange) error {
+	defer n.lock()()
+	ms, done, err := n.pcServiceMaps()
+	if err != nil {
+		return err
+	}
+	defer done()
+	elb := make([]Service, 0, len(c.NodePorts))
+	upserted := make(map[ServiceKey]bool, len(c.NodePorts))
+	for _, np := range c.NodePorts {
+		elb = append(elb, np.elbService())
+		upserted[np.Key()] = true
+	}
+	for _, k := range c.GoneNodePorts {
+		if upserted[k] {
+			return fmt.Errorf("ELB: service %s twice", k)
+		}
+	}
+	keys, vals, err := natPorts(c.NodePorts)
+	if err != nil {
+		return err
+	}
+	gone := make([]pcChainNatPortKey, 0, len(c.GoneNATPorts))
+	for _, p := range c.GoneNATPorts {
+		gone = append(gone, p.key())
+		if _, found := slices.BinarySearchFunc(keys, p.key(), natKeyCompare); found {
+			return fmt.Errorf("DISC-NAT NodePort %s/%d written and deleted at once", p.Proto, p.Port)
+		}
+	}
+	if err := changeTable(ms["ilb_svc"], ms["ilb_be"], pcTable, c.ClusterIPs, c.GoneClusterIPs); err != nil {
+		return fmt.Errorf("ILB: %w", err)
+	}
+	if err := changeTable(ms["elb_svc"], ms["elb_be"], pcTable, elb, nil); err != nil {
+		return fmt.Errorf("ELB: %w", err)
+	}
+	if err := batchUpdate(ms["nat_ports"], keys, vals); err != nil {
+		return fmt.Errorf("DISC-NAT NodePorts: %w", err)
+	}
+	if err := deleteKeys(ms["nat_ports"], gone); err != nil {
+		return fmt.Errorf("DISC-NAT NodePorts: %w", err)
+	}
+	if err := changeTable(ms["elb_svc"], ms["elb_be"], pcTable, nil, c.GoneNodePorts); err != nil {
+		return fmt.Errorf("ELB: %w", err)
+	}
+	return nil
+}
+
+// PolycubeTable is a node's Service tables as a rendering left them, by key: what the next
+// partial rendering is the difference from.
+type PolycubeTable struct {
+	ClusterIPs ServiceTable
+	NodePorts  map[ServiceKey]PolycubeNodePort
+}
+
+// NewPolycubeTable is the table of s; an error when a key comes twice or a NodePort is Local
+// and Cluster at once (PolycubeSetServices refuses such tables).
+func NewPolycubeTable(s PolycubeServices) (PolycubeTable, error) {
+	c, err := NewServiceTable(s.ClusterIPs)
+	if err != nil {
+		return PolycubeTable{}, fmt.Errorf("ILB: %w", err)
+	}
+	if _, _, err := natPorts(s.NodePorts); err != nil {
+		return PolycubeTable{}, err
+	}
+	t := PolycubeTable{ClusterIPs: c, NodePorts: make(map[ServiceKey]PolycubeNodePort, len(s.NodePorts))}
+	for _, np := range s.NodePorts {
+		if _, dup := t.NodePorts[np.Key()]; dup {
+			return PolycubeTable{}, fmt.Errorf("ELB: service %s twice", np.Key())
+		}
+		t.NodePorts[np.Key()] = np
+	}
+	return t, nil
+}
+
+// Diff is the change that turns t into s, s's table, and the map elements the change writes
+// or deletes (as ServiceTable.Diff counts them, plus a DISC-NAT port per NodePort written and
+// per port deleted). An error when s is not a table (NewPolycubeTable).
+func (t PolycubeTable) Diff(s PolycubeServices) (c PolycubeChange, next PolycubeTable, touched int, err error) {
+	next, err = NewPolycubeTable(s)
+	if err != nil {
+		return PolycubeChange{}, PolycubeTable{}, 0, err
+	}
+	ilb, _, touched, _ := t.ClusterIPs.Diff(s.ClusterIPs) // s.ClusterIPs is a table: no error
+	c.ClusterIPs, c.GoneClusterIPs = ilb.Upsert, ilb.Remove
+	nat := map[PolycubeNATPort]bool{}
+	for _, np := range s.NodePorts {
+		nat[PolycubeNATPort{Port: np.Port, Proto: np.Proto}] = true
+		old, ok := t.NodePorts[np.Key()]
+		if ok && old.Local == np.Local && slices.Equal(old.Backends, np.Backends) {
+			continue
+		}
+		c.NodePorts = append(c.NodePorts, np)
+		touched += 2 + max(len(np.Backends), len(old.Backends))
+	}
+	goneNAT := map[PolycubeNATPort]bool{}
+	for k, old := range t.NodePorts {
+		if _, ok := next.NodePorts[k]; ok {
+			continue
+		}
+		c.GoneNodePorts = append(c.GoneNodePorts, k)
+		touched += 1 + len(old.Backends)
+		if p := (PolycubeNATPort{Port: k.Port, Proto: k.Proto}); !nat[p] && !goneNAT[p] {
+			goneNAT[p] = true
+			c.GoneNATPorts = append(c.GoneNATPorts, p)
+			touched++
+		}
+	}
+	slices.SortFunc(c.GoneNodePorts, ServiceKey.compare)
+	slices.SortFunc(c.GoneNATPorts, func(a, b PolycubeNATPort) int {
+		if a.Port != b.Port {
+			return int(a.Port) - int(b.Port)
+		}
+		return strings.Compare(a.Proto, b.Proto)
+	})
+	return c, next, touched, nil
 }
 
 // PolycubeFirewall puts the firewall cube in the node's chain, between the ILB and the router

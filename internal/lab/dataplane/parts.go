@@ -71,6 +71,21 @@ type Proxy interface {
 	Apply(n Node, input []byte) error
 }
 
+// PartialProxy is implemented by the proxies that can program a node with only what changed
+// since their last rendering for it, as kube-proxy's partial syncs do (the lab's sync mode
+// "partial"; "full" always uses Render). The lab keeps, per node, the state the last
+// rendering that was applied without error returned, and forgets it when an Apply fails (the
+// next rendering is then a full one).
+type PartialProxy interface {
+	Proxy
+	// RenderPartial renders svcs as a change from prev, the state the last applied rendering
+	// for this node returned (nil: none, or its Apply failed: a full rendering, which must
+	// replace whatever the node holds). The input is applied with Apply; next is kept for
+	// the next call. Counts are those of the whole ruleset after the change (as Render's),
+	// with Changed set to what the input touches.
+	RenderPartial(prev any, svcs []proxy.Service, opt proxy.Options) (input []byte, next any, cnt proxy.Counts)
+}
+
 // PodHook is implemented by the proxy and policy engines that program each pod's host side
 // (an eBPF program on its host interface): the lab calls PodAdded for every pod it attaches,
 // after the attach kind's PodAdded, whether or not Services or policies exist yet.

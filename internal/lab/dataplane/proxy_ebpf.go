@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"fmt"
 	"net/netip"
 
 	"github.com/cnibench/cnibench/internal/lab/bpfdp"
@@ -21,6 +22,8 @@ import (
 // Lookups are hashes: the cost per connection does not grow with the number of Services. One
 // Service table per node, pinned in the node's bpf file system and shared by both programs.
 type ebpfProxy struct{ sock bool }
+
+var _ PartialProxy = ebpfProxy{}
 
 func init() {
 	RegisterProxy(ebpfProxy{})
@@ -55,6 +58,33 @@ func (p ebpfProxy) Usable() error {
 // node's own endpoints only (none: its packets are dropped), Cluster with all of them, those on
 // other nodes marked remote. Services without endpoints are kept: their packets are dropped.
 func (ebpfProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, proxy.Counts) {
+	out, cnt := ebpfTable(svcs, opt)
+	return bpfdp.EncodeServices(out), cnt
+}
+
+// RenderPartial renders svcs as Render does, then as a change from prev, the node's table as
+// the last applied rendering left it (a bpfdp.ServiceTable): the entries that differ, whole,
+// and those gone (bpfdp.EncodeServiceChange), so that Apply writes only them. Without prev, or
+// when svcs render an entry twice (no change can express that table; Apply refuses it as
+// SetServices does), the input is Render's.
+func (ebpfProxy) RenderPartial(prev any, svcs []proxy.Service, opt proxy.Options) ([]byte, any, proxy.Counts) {
+	out, cnt := ebpfTable(svcs, opt)
+	if t, ok := prev.(bpfdp.ServiceTable); ok && t != nil {
+		if c, next, touched, err := t.Diff(out); err == nil {
+			cnt.Changed = touched
+			return bpfdp.EncodeServiceChange(c), next, cnt
+		}
+	}
+	var next any
+	if t, err := bpfdp.NewServiceTable(out); err == nil {
+		next = t
+	}
+	return bpfdp.EncodeServices(out), next, cnt
+}
+
+// ebpfTable is the load balancer's table for svcs in the node opt names (Render says what it
+// holds).
+func ebpfTable(svcs []proxy.Service, opt proxy.Options) ([]bpfdp.Service, proxy.Counts) {
 	cnt := proxy.Counts{Services: len(svcs)}
 	out := make([]bpfdp.Service, 0, len(svcs))
 	add := func(addr string, port int, proto string, nodePort bool, eps []proxy.Endpoint) {
@@ -82,17 +112,22 @@ func (ebpfProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, proxy.
 			add(ip, s.NodePort, s.Protocol, true, s.ExternalEndpoints(opt.NodeName))
 		}
 	}
-	return bpfdp.EncodeServices(out), cnt
+	return out, cnt
 }
 
 // Apply attaches the node's load balancers wherever they are not attached yet and makes the
-// Service table hold the rendering.
+// Service table hold the rendering: Render's replaces the table (SetServices), RenderPartial's
+// change writes only what it names (ChangeServices). A change needs the table it was rendered
+// from: on a node without one it is an error (the lab renders a full one next).
 func (p ebpfProxy) Apply(n Node, input []byte) error {
-	svcs, err := bpfdp.DecodeServices(input)
+	c, partial, err := bpfdp.DecodeServiceInput(input)
 	if err != nil {
 		return err
 	}
 	bn := bpfNode(n)
+	if partial && !bn.HasLB() {
+		return fmt.Errorf("proxy %s: a change of the Service table of node %s, which has none", p.Name(), n.Name)
+	}
 	if err := bn.AttachLB(); err != nil {
 		return err
 	}
@@ -101,7 +136,10 @@ func (p ebpfProxy) Apply(n Node, input []byte) error {
 			return err
 		}
 	}
-	return bn.SetServices(svcs)
+	if partial {
+		return bn.ChangeServices(c)
+	}
+	return bn.SetServices(c.Upsert)
 }
 
 // Counters are the node's load balancer counters (lb_*: bpfdp.LBStats) and, for ebpf-sock, the

@@ -30,3 +30,15 @@ func (iptablesProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, pr
 func (p iptablesProxy) Apply(n Node, input []byte) error {
 	return proxy.ApplyIPTables(n.Path, p.backend, input)
 }
+
+var _ PartialProxy = iptablesProxy{}
+
+// RenderPartial writes KUBE-SERVICES and the other chains that depend on every Service, the
+// chains that changed since prev (a *proxy.IPTState from the last call for this node) and the
+// deletion of those that went away (proxy.RenderIPTablesPartial); prev nil, or of another
+// type, gives the full rendering, opt.Stale honoured.
+func (iptablesProxy) RenderPartial(prev any, svcs []proxy.Service, opt proxy.Options) ([]byte, any, proxy.Counts) {
+	p, _ := prev.(*proxy.IPTState)
+	in, next, cnt := proxy.RenderIPTablesPartial(p, svcs, opt)
+	return in, next, cnt
+}

@@ -20,3 +20,14 @@ func (nftablesProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, pr
 func (nftablesProxy) Apply(n Node, input []byte) error {
 	return proxy.ApplyNFTables(n.Path, input)
 }
+
+var _ PartialProxy = nftablesProxy{}
+
+// RenderPartial writes only what changed since prev (a *proxy.NFTState from the last call
+// for this node), in one transaction that keeps the table (proxy.RenderNFTablesPartial);
+// prev nil, or of another type, gives the full rendering.
+func (nftablesProxy) RenderPartial(prev any, svcs []proxy.Service, opt proxy.Options) ([]byte, any, proxy.Counts) {
+	p, _ := prev.(*proxy.NFTState)
+	in, next, cnt := proxy.RenderNFTablesPartial(p, svcs, opt)
+	return in, next, cnt
+}

@@ -17,6 +17,8 @@ import (
 // NodePort table with the policy (Cluster: source NAT to the node's fictitious pod).
 type polycubeProxy struct{}
 
+var _ PartialProxy = polycubeProxy{}
+
 func init() { RegisterProxy(polycubeProxy{}) }
 
 func (polycubeProxy) Name() string { return "polycube" }
@@ -36,6 +38,49 @@ func (polycubeProxy) Combines(p Parts) error {
 
 // Render renders the node's tables (bpfdp.PolycubeServices) as JSON.
 func (polycubeProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, proxy.Counts) {
+	out, cnt := polycubeTables(svcs, opt)
+	return marshalPolycube(out), cnt
+}
+
+// RenderPartial renders svcs as Render does, then as a change from prev, the node's tables as
+// the last applied rendering left them (a bpfdp.PolycubeTable): the ILB and ELB entries that
+// differ, whole, those gone, and DISC-NAT's ports gone with their last NodePort, as JSON
+// {"Partial": bpfdp.PolycubeChange}, so that Apply writes only them. Without prev, or when
+// svcs do not render to tables (an entry twice, a NodePort Local and Cluster at once: Apply
+// refuses them as PolycubeSetServices does), the input is Render's.
+func (polycubeProxy) RenderPartial(prev any, svcs []proxy.Service, opt proxy.Options) ([]byte, any, proxy.Counts) {
+	out, cnt := polycubeTables(svcs, opt)
+	if t, ok := prev.(bpfdp.PolycubeTable); ok && t.ClusterIPs != nil {
+		if c, next, touched, err := t.Diff(out); err == nil {
+			cnt.Changed = touched
+			return marshalPolycube(struct{ Partial *bpfdp.PolycubeChange }{&c}), next, cnt
+		}
+	}
+	var next any
+	if t, err := bpfdp.NewPolycubeTable(out); err == nil {
+		next = t
+	}
+	return marshalPolycube(out), next, cnt
+}
+
+// polycubeInput is what Apply reads: Render's tables (Partial nil), or RenderPartial's change
+// alone ({"Partial": ...}).
+type polycubeInput struct {
+	bpfdp.PolycubeServices
+	Partial *bpfdp.PolycubeChange `json:",omitempty"`
+}
+
+func marshalPolycube(v any) []byte {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("proxy polycube: marshal a rendering: %v", err)) // plain structs always marshal
+	}
+	return data
+}
+
+// polycubeTables are the node's tables for svcs in the node opt names (the type's comment says
+// what they hold).
+func polycubeTables(svcs []proxy.Service, opt proxy.Options) (bpfdp.PolycubeServices, proxy.Counts) {
 	cnt := proxy.Counts{Services: len(svcs)}
 	var out bpfdp.PolycubeServices
 	backends := func(eps []proxy.Endpoint) []netip.AddrPort {
@@ -73,20 +118,21 @@ func (polycubeProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, pr
 			cnt.Elements += 2 + len(ext) // the ELB's Service and backends, DISC-NAT's NodePort
 		}
 	}
-	data, err := json.Marshal(out)
-	if err != nil {
-		panic(fmt.Sprintf("proxy polycube: marshal a rendering: %v", err)) // plain structs always marshal
-	}
-	return data, cnt
+	return out, cnt
 }
 
-// Apply makes the node's ILB, ELB and DISC-NAT hold the rendering.
+// Apply makes the node's ILB, ELB and DISC-NAT hold the rendering: Render's replaces the
+// tables (PolycubeSetServices), RenderPartial's change writes only what it names
+// (PolycubeChangeServices).
 func (polycubeProxy) Apply(n Node, input []byte) error {
-	var s bpfdp.PolycubeServices
-	if err := json.Unmarshal(input, &s); err != nil {
+	var in polycubeInput
+	if err := json.Unmarshal(input, &in); err != nil {
 		return fmt.Errorf("proxy polycube: %w", err)
 	}
-	return bpfNode(n).PolycubeSetServices(s)
+	if in.Partial != nil {
+		return bpfNode(n).PolycubeChangeServices(*in.Partial)
+	}
+	return bpfNode(n).PolycubeSetServices(in.PolycubeServices)
 }
 
 // PodAdded: the ILB is the pod's edge port already (the attach kind's); nothing to do. (Being a

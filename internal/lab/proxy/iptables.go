@@ -8,6 +8,10 @@
 //     chains with numgen load balancing, as one nft transaction;
 //   - IPVS mode (RenderIPVS): ipvsadm, ipset and address text only, since the lab's kernel has
 //     no IPVS (IPVSAvailable says why).
+//
+// The iptables and nftables modes also render partial syncs, as kube-proxy does
+// (RenderIPTablesPartial, RenderNFTablesPartial): only what changed since the state the last
+// rendering returned, applied with the same ApplyIPTables and ApplyNFTables.
 package proxy
 
 import (
@@ -137,6 +141,9 @@ type Counts struct {
 	// the iptables rendering, which has none.
 	Elements int
 	Names    []string // the chains declared (iptables: of the nat and the filter table)
+	// Changed is what a partial rendering (RenderPartial) touches: chains written, flushed
+	// or deleted plus set/map elements added or deleted; 0 for a full rendering.
+	Changed int
 }
 
 // RenderIPTables returns kube-proxy's chains for svcs, as the node opt.NodeName sees them,
@@ -157,61 +164,183 @@ type Counts struct {
 // chain itself stays, as the hooks jump to it. A Service without endpoints gets nothing
 // else: kube-proxy rejects its ClusterIP in the filter table, the lab leaves it unreachable.
 func RenderIPTables(svcs []Service, opt Options) ([]byte, Counts) {
-	svcs = sortedServices(svcs)
-	w := &iptWriter{cnt: Counts{Services: len(svcs)}}
-	nodePorts := hasNodePorts(svcs)
+	w := buildIPT(svcs, opt, nil)
+	filter := w.nodePorts || slices.Contains(opt.Stale, extServicesChain)
+	return w.text(opt.Stale, filter), w.counts(filter)
+}
+
+// buildIPT renders svcs into a writer, keeping each Service's part apart (w.frags). With
+// prev (a partial rendering), a Service that is as prev rendered it, on the same node and
+// cluster CIDR, is not rendered again: prev's part is taken as it is, and the writer
+// collects no text (RenderIPTablesPartial writes its own).
+func buildIPT(svcs []Service, opt Options, prev *IPTState) *iptWriter {
+	var keys []string
+	if prev == nil {
+		svcs = sortedServices(svcs)
+		keys = make([]string, len(svcs))
+		for i, s := range svcs {
+			keys[i] = s.svcKey()
+		}
+	} else {
+		keys, svcs = sortedByKey(svcs)
+	}
+	w := &iptWriter{cnt: Counts{Services: len(svcs)}, nodePorts: hasNodePorts(svcs), noText: prev != nil,
+		keys: keys, svcs: svcs, frags: make([]*iptFrag, len(svcs))}
 	for _, c := range []string{"KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-MARK-MASQ"} {
 		w.chain(c)
 	}
-	if nodePorts {
+	if w.nodePorts {
 		w.chain(nodePortsChain)
 	}
 	w.rule("-A KUBE-POSTROUTING -m mark ! --mark %s/%s -j RETURN", MasqMark, MasqMark)
 	w.rule("-A KUBE-POSTROUTING -j MARK --xor-mark %s", MasqMark)
 	w.rule(`-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully`)
 	w.rule("-A KUBE-MARK-MASQ -j MARK --or-mark %s", MasqMark)
-	for _, s := range svcs {
+	reuse := prev != nil && prev.node == opt.NodeName && prev.clusterCIDR == opt.ClusterCIDR
+	j := 0 // prev's Services, in the same order
+	for i, s := range svcs {
+		if reuse {
+			for ; j < len(prev.keys) && prev.keys[j] < keys[i]; j++ {
+			}
+			if j < len(prev.keys) && prev.keys[j] == keys[i] && sameService(prev.svcs[j], s) {
+				w.svcs[i], w.frags[i] = prev.svcs[j], prev.frags[j]
+				w.replay(w.frags[i])
+				continue
+			}
+		}
+		w.svcs[i].Endpoints = slices.Clone(s.Endpoints) // the caller's may change later
+		w.frag = &iptFrag{}
 		w.service(s, opt)
+		w.frags[i], w.frag = w.frag, nil
 	}
-	if nodePorts {
+	w.after = true
+	if w.nodePorts {
 		// Last, so that ClusterIPs are matched first. Every local address serves NodePorts
 		// (kube-proxy's default nodePortAddresses, hence no opt.NodeIPs here) except
 		// loopback ones: DNAT from 127.0.0.0/8 needs route_localnet, which the lab never
 		// sets (kube-proxy's localhostNodePorts: false, as on the cluster of testdata/real).
 		w.rule(`-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL ! -d 127.0.0.0/8 -j %s`, nodePortsChain)
 	}
-	filter := nodePorts || slices.Contains(opt.Stale, extServicesChain)
-	if filter {
-		w.cnt.Chains++
-		w.cnt.Names = append(w.cnt.Names, extServicesChain)
-	}
-	return w.text(opt.Stale, filter), w.cnt
+	return w
 }
 
 // iptWriter collects an iptables rendering: the nat table's chain declarations and rules,
-// the filter table's rules, and what they hold.
+// the filter table's rules, and what they hold; and, apart, each Service's part of it.
 type iptWriter struct {
 	chains, rules, filter strings.Builder
+	noText                bool // collect the parts and counts only
 	cnt                   Counts
+	nodePorts             bool // a Service has a NodePort: KUBE-NODEPORTS, the filter rules
+	// head and tail are the rules written outside any Service's part, before them
+	// (KUBE-POSTROUTING, KUBE-MARK-MASQ) and after them (KUBE-SERVICES's jump to
+	// KUBE-NODEPORTS).
+	head, tail []iptRule
+	after      bool // the Services are written: the rules go to the tail
+	// keys, svcs and frags are the Services (by sort key, as rendered) and their parts;
+	// frag is the part being written.
+	keys  []string
+	svcs  []Service
+	frags []*iptFrag
+	frag  *iptFrag
+}
+
+// iptFrag is a Service port's part of an iptables rendering: the nat chains it declares,
+// its nat rules in order (in its own chains, and in KUBE-SERVICES and KUBE-NODEPORTS), its
+// filter rules and its endpoints.
+type iptFrag struct {
+	chains    []string
+	rules     []iptRule
+	filter    []string
+	endpoints int
+}
+
+// iptRule is a nat rule and the chain it is in.
+type iptRule struct{ chain, line string }
+
+// counts are what the rendering holds, with or without the filter section's chain.
+func (w *iptWriter) counts(filter bool) Counts {
+	cnt := w.cnt
+	if filter {
+		cnt.Chains++
+		cnt.Names = append(slices.Clip(cnt.Names), extServicesChain)
+	}
+	return cnt
 }
 
 // chain declares a nat chain.
 func (w *iptWriter) chain(name string) {
-	fmt.Fprintf(&w.chains, ":%s - [0:0]\n", name)
+	if !w.noText {
+		fmt.Fprintf(&w.chains, ":%s - [0:0]\n", name)
+	}
 	w.cnt.Chains++
 	w.cnt.Names = append(w.cnt.Names, name)
+	if w.frag != nil {
+		w.frag.chains = append(w.frag.chains, name)
+	}
 }
 
-// rule appends a nat rule.
+// rule appends a nat rule ("-A <chain> ...").
 func (w *iptWriter) rule(format string, args ...any) {
-	fmt.Fprintf(&w.rules, format+"\n", args...)
+	line := fmt.Sprintf(format, args...)
+	chain, _, _ := strings.Cut(strings.TrimPrefix(line, "-A "), " ")
+	w.addRule(iptRule{chain, line})
+	switch {
+	case w.frag != nil:
+		w.frag.rules = append(w.frag.rules, iptRule{chain, line})
+	case w.after:
+		w.tail = append(w.tail, iptRule{chain, line})
+	default:
+		w.head = append(w.head, iptRule{chain, line})
+	}
+}
+
+// addRule writes a nat rule and counts it (rule, or replay of a Service's part).
+func (w *iptWriter) addRule(r iptRule) {
+	if !w.noText {
+		w.rules.WriteString(r.line)
+		w.rules.WriteByte('\n')
+	}
 	w.cnt.Rules++
 }
 
-// filterRule appends a filter rule.
+// filterRule appends a filter rule (of KUBE-EXTERNAL-SERVICES).
 func (w *iptWriter) filterRule(format string, args ...any) {
-	fmt.Fprintf(&w.filter, format+"\n", args...)
+	line := fmt.Sprintf(format, args...)
+	w.addFilterRule(line)
+	if w.frag != nil {
+		w.frag.filter = append(w.frag.filter, line)
+	}
+}
+
+// addFilterRule writes a filter rule and counts it.
+func (w *iptWriter) addFilterRule(line string) {
+	if !w.noText {
+		w.filter.WriteString(line)
+		w.filter.WriteByte('\n')
+	}
 	w.cnt.Rules++
+}
+
+// endpoint counts an endpoint of the Service being written.
+func (w *iptWriter) endpoint() {
+	w.cnt.Endpoints++
+	if w.frag != nil {
+		w.frag.endpoints++
+	}
+}
+
+// replay writes a Service's part as service wrote it before.
+func (w *iptWriter) replay(f *iptFrag) {
+	for _, c := range f.chains {
+		w.chain(c)
+	}
+	for _, r := range f.rules {
+		w.addRule(r)
+	}
+	for _, l := range f.filter {
+		w.addFilterRule(l)
+	}
+	w.cnt.Endpoints += f.endpoints
 }
 
 // service writes one Service port: its ClusterIP and endpoint chains, then its NodePort.
@@ -236,7 +365,7 @@ func (w *iptWriter) service(s Service, opt Options) {
 	for i, e := range eps {
 		sep := s.SepChain(e)
 		w.chain(sep)
-		w.cnt.Endpoints++
+		w.endpoint()
 		w.pick(s, svc, eps, i)
 		w.rule(`-A %s -m comment --comment %s -s %s/32 -j KUBE-MARK-MASQ`, sep, key, e.IP)
 		w.rule(`-A %s -m comment --comment %s -m %s -p %s -j DNAT --to-destination %s`, sep, key, p, p, e)
@@ -301,7 +430,9 @@ func (w *iptWriter) blockNodePort(s Service, fate nodePortFate) {
 // text is the restore input: the nat table, with the stale chains of an earlier rendering
 // declared (flushed) and deleted, then the filter table if asked for.
 func (w *iptWriter) text(stale []string, filter bool) []byte {
-	declared := map[string]bool{}
+	// KUBE-EXTERNAL-SERVICES, the filter chain, is no stale nat chain: the filter section
+	// (there whenever stale names it) empties it.
+	declared := map[string]bool{extServicesChain: true}
 	for _, n := range w.cnt.Names {
 		declared[n] = true
 	}

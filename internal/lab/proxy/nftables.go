@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 )
 
@@ -112,10 +113,14 @@ var nftBaseChains = []struct {
 // re-add and flush every chain and map in place; its partial syncs flush and refill only the
 // chains of changed Services, add and delete single map elements it tracks in memory, and
 // flush the chains of Services that went away, deleting them a second later (kernels before
-// 6.2 did not release a chain still referenced by a just deleted map element). The lab does
-// not do partial syncs: replacing the table costs time proportional to all Services on every
-// change (2 s for 10,000 on a 2-core machine, against 0.1 s measured for a partial update
-// adding one).
+// 6.2 did not release a chain still referenced by a just deleted map element). Replacing the
+// table costs time proportional to all Services on every change (1 to 2 s for 10,000 on a
+// 2-core machine), so the lab also does partial syncs: RenderNFTablesPartial keeps the table
+// and writes only what changed (40 to 50 ms, rendering and nft together, to add one Service
+// to 10,000 there, most of it the kernel's check of the whole table for loops:
+// BenchmarkAddOneAt10k). This full rendering is what a partial one falls
+// back to (no state yet, a failed Apply, a change of the ruleset's base), and what the lab's
+// "full" sync mode measures.
 //
 // Layout (names and rules as kube-proxy writes them, IPv4 only):
 //   - base chains nat-prerouting and nat-output (hook priority dstnat) jump to "services",
@@ -196,6 +201,22 @@ func (e nftElem) String() string {
 // (the el* indices below).
 var nftSets = [...]string{nftClusterIPsSet, nftServiceIPsMap, nftNoEndpointMap, nftNodePortIPsSet, nftServiceNodePortsMap, nftNoEndpointNodePorts}
 
+// nftSetDecls declare the sets and maps (by el* index) as kube-proxy does: the object kind
+// and what goes between its braces. A full rendering declares them empty; a partial one
+// adds elements by declaring them again with an "elements = { ... }" (see
+// RenderNFTablesPartial).
+var nftSetDecls = [len(nftSets)]struct{ kind, body string }{
+	elClusterIPs:          {"set", `type ipv4_addr ; comment "Active ClusterIPs" ;`},
+	elServiceIPs:          {"map", "type " + nftVerdictMapType + ` ; comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ;`},
+	elNoEndpoint:          {"map", "type " + nftVerdictMapType + ` ; comment "vmap to drop or reject packets to services with no endpoints" ;`},
+	elNodePortIPs:         {"set", `type ipv4_addr ; comment "IPs that accept NodePort traffic" ;`},
+	elServiceNodePorts:    {"map", "type " + nftNodePortMapType + ` ; comment "NodePort traffic" ;`},
+	elNoEndpointNodePorts: {"map", "type " + nftNodePortMapType + ` ; comment "vmap to drop or reject packets to service nodeports with no endpoints" ;`},
+}
+
+// nftDeclOrder is the order the full rendering declares them in (kube-proxy's).
+var nftDeclOrder = []int{elClusterIPs, elNoEndpoint, elServiceIPs, elNodePortIPs, elNoEndpointNodePorts, elServiceNodePorts}
+
 const (
 	elClusterIPs = iota
 	elServiceIPs
@@ -205,11 +226,26 @@ const (
 	elNoEndpointNodePorts
 )
 
-// nftModel is a rendering before it is written out.
-type nftModel struct {
+// nftFrag is a part of the rendering: the base (the chains every rendering has, the
+// nodeport-ips set) or one Service port's own chains and elements. A partial rendering
+// keeps the fragments of the Services that did not change and renders the others again.
+type nftFrag struct {
 	chains    []nftChain
-	index     map[string]int // chain name -> position in chains
 	elems     [len(nftSets)][]nftElem
+	rules     int
+	endpoints int
+}
+
+// nftModel is a rendering before it is written out: the base and one fragment per Service
+// port, in order (keys are the order's sort keys, svcs the Services as rendered), and how
+// many Service ports have each ClusterIP (the cluster-ips set has each once: the ports of a
+// Service share it).
+type nftModel struct {
+	base      *nftFrag
+	keys      []string
+	svcs      []Service
+	frags     []*nftFrag
+	ipCount   map[string]int
 	nodePorts bool // the NodePort sets and maps are declared
 	cnt       Counts
 }
@@ -217,132 +253,170 @@ type nftModel struct {
 const nftT = "ip " + NFTable
 
 // chain adds a chain (spec: its base-chain or comment spec, "" for none).
-func (m *nftModel) chain(name, spec string) {
-	m.index[name] = len(m.chains)
-	m.chains = append(m.chains, nftChain{name: name, spec: spec})
+func (f *nftFrag) chain(name, spec string) {
+	f.chains = append(f.chains, nftChain{name: name, spec: spec})
 }
 
 // elem adds an element to a set or map (an el* index).
-func (m *nftModel) elem(set int, e nftElem) { m.elems[set] = append(m.elems[set], e) }
+func (f *nftFrag) elem(set int, e nftElem) { f.elems[set] = append(f.elems[set], e) }
 
-// rule appends a rule to a chain added before.
-func (m *nftModel) rule(chain, format string, args ...any) {
-	c := &m.chains[m.index[chain]]
-	c.rules = append(c.rules, fmt.Sprintf(format, args...))
-	m.cnt.Rules++
+// rule appends a rule to a chain of f added before (a fragment has a few chains: the search
+// is short).
+func (f *nftFrag) rule(chain, format string, args ...any) {
+	for i := len(f.chains) - 1; i >= 0; i-- {
+		if f.chains[i].name == chain {
+			f.chains[i].rules = append(f.chains[i].rules, fmt.Sprintf(format, args...))
+			f.rules++
+			return
+		}
+	}
+	panic("nftables rendering: rule for undeclared chain " + chain)
 }
+
+// svcKey is the key sortedServices orders Services by (TestSortKeys checks that they
+// agree).
+func (s Service) svcKey() string { return s.PortKey() + s.Protocol }
 
 func buildNFT(svcs []Service, opt Options) nftModel {
 	svcs = sortedServices(svcs)
-	m := nftModel{cnt: Counts{Services: len(svcs)}, index: map[string]int{}, nodePorts: hasNodePorts(svcs)}
-	m.chains = make([]nftChain, 0, 12+2*len(svcs))
-	m.base(opt)
-	seenIP := map[string]bool{}
-	for _, s := range svcs {
-		if !seenIP[s.ClusterIP] {
-			seenIP[s.ClusterIP] = true
-			m.elem(elClusterIPs, nftElem{key: s.ClusterIP})
-		}
-		m.service(s, opt)
+	m := nftModel{base: &nftFrag{}, nodePorts: hasNodePorts(svcs), keys: make([]string, len(svcs)), svcs: svcs,
+		frags: make([]*nftFrag, len(svcs)), ipCount: make(map[string]int, len(svcs))}
+	m.base.base(m.nodePorts, opt)
+	for i, s := range svcs {
+		m.keys[i] = s.svcKey()
+		m.svcs[i].Endpoints = slices.Clone(s.Endpoints) // the caller's may change later
+		m.frags[i] = nftService(s, opt)
+		m.ipCount[s.ClusterIP]++
 	}
-	m.cnt.Chains = len(m.chains)
-	m.cnt.Names = make([]string, len(m.chains))
-	for i, c := range m.chains {
-		m.cnt.Names[i] = c.name
-	}
-	for _, e := range m.elems {
-		m.cnt.Elements += len(e)
-	}
+	m.count()
 	return m
 }
 
-// base adds the chains and rules every rendering has, and those of NodePorts if any.
-func (m *nftModel) base(opt Options) {
-	for _, c := range nftBaseChains {
-		m.chain(c.name, fmt.Sprintf("type %s hook %s priority %d ;", c.typ, c.hook, c.prio))
-	}
-	for _, c := range []string{nftClusterIPsCheck, nftMarkMasqChain, nftMasqueradingChain} {
-		m.chain(c, "")
-	}
-	m.chain(nftRejectChain, `comment "helper for @no-endpoint-services / @no-endpoint-nodeports" ;`)
-	m.chain(nftEPCheckChain, "")
-	m.chain(nftServicesChain, "")
-	if m.nodePorts {
-		m.chain(nftNodePortEPCheckChain, "")
-	}
-
-	m.rule(nftClusterIPsCheck, `ip daddr @%s reject comment "Reject traffic to invalid ports of ClusterIPs"`, nftClusterIPsSet)
-	if opt.ServiceCIDR != "" {
-		m.rule(nftClusterIPsCheck, `ip daddr { %s } drop comment "Drop traffic to unallocated ClusterIPs"`, opt.ServiceCIDR)
-	}
-	m.rule("filter-forward", "ct state new jump %s", nftEPCheckChain)
-	m.rule("filter-forward", "ct state new jump %s", nftClusterIPsCheck)
-	if m.nodePorts {
-		m.rule("filter-input", "ct state new jump %s", nftNodePortEPCheckChain)
-	}
-	m.rule("filter-input", "ct state new jump %s", nftEPCheckChain)
-	m.rule("filter-output", "ct state new jump %s", nftEPCheckChain)
-	m.rule("filter-output", "ct state new jump %s", nftClusterIPsCheck)
-	m.rule(nftMarkMasqChain, "mark set mark or %s", MasqMark)
-	m.rule(nftMasqueradingChain, "mark and %s == 0 return", MasqMark)
-	m.rule(nftMasqueradingChain, "mark set mark xor %s", MasqMark)
-	m.rule(nftMasqueradingChain, "masquerade fully-random")
-	m.rule("nat-output", "jump %s", nftServicesChain)
-	m.rule("nat-postrouting", "jump %s", nftMasqueradingChain)
-	m.rule("nat-prerouting", "jump %s", nftServicesChain)
-	m.rule(nftRejectChain, "reject")
-	m.rule(nftServicesChain, "ip daddr . meta l4proto . th dport vmap @%s", nftServiceIPsMap)
-	m.rule(nftEPCheckChain, "ip daddr . meta l4proto . th dport vmap @%s", nftNoEndpointMap)
-	if !m.nodePorts {
-		return
-	}
-	m.rule(nftServicesChain, "ip daddr @%s meta l4proto . th dport vmap @%s", nftNodePortIPsSet, nftServiceNodePortsMap)
-	m.rule(nftNodePortEPCheckChain, "ip daddr @%s meta l4proto . th dport vmap @%s", nftNodePortIPsSet, nftNoEndpointNodePorts)
-	for _, ip := range opt.NodeIPs {
-		m.elem(elNodePortIPs, nftElem{key: ip})
+// count sets m.cnt from the fragments.
+func (m *nftModel) count() {
+	m.cnt = Counts{Services: len(m.frags), Elements: len(m.ipCount)}
+	for _, f := range append([]*nftFrag{m.base}, m.frags...) {
+		m.cnt.add(f)
 	}
 }
 
-// service adds one Service port: its map elements, its chain and its endpoints' chains, then
-// its NodePort.
-func (m *nftModel) service(s Service, opt Options) {
+// add counts a fragment: its endpoints, chains (named in order), rules and elements.
+func (c *Counts) add(f *nftFrag) {
+	c.Endpoints += f.endpoints
+	c.Chains += len(f.chains)
+	c.Rules += f.rules
+	for _, e := range f.elems {
+		c.Elements += len(e)
+	}
+	for _, ch := range f.chains {
+		c.Names = append(c.Names, ch.name)
+	}
+}
+
+// elems are the elements of a set or map (an el* index), in order: a ClusterIP where the
+// first of its Service ports is.
+func (m *nftModel) elems(set int) []nftElem {
+	elems := slices.Clone(m.base.elems[set])
+	seen := map[string]bool{}
+	for i, f := range m.frags {
+		if ip := m.svcs[i].ClusterIP; set == elClusterIPs && !seen[ip] {
+			seen[ip] = true
+			elems = append(elems, nftElem{key: ip})
+		}
+		elems = append(elems, f.elems[set]...)
+	}
+	return elems
+}
+
+// base adds the chains and rules every rendering has, and those of NodePorts if any.
+func (f *nftFrag) base(nodePorts bool, opt Options) {
+	for _, c := range nftBaseChains {
+		f.chain(c.name, fmt.Sprintf("type %s hook %s priority %d ;", c.typ, c.hook, c.prio))
+	}
+	for _, c := range []string{nftClusterIPsCheck, nftMarkMasqChain, nftMasqueradingChain} {
+		f.chain(c, "")
+	}
+	f.chain(nftRejectChain, `comment "helper for @no-endpoint-services / @no-endpoint-nodeports" ;`)
+	f.chain(nftEPCheckChain, "")
+	f.chain(nftServicesChain, "")
+	if nodePorts {
+		f.chain(nftNodePortEPCheckChain, "")
+	}
+
+	f.rule(nftClusterIPsCheck, `ip daddr @%s reject comment "Reject traffic to invalid ports of ClusterIPs"`, nftClusterIPsSet)
+	if opt.ServiceCIDR != "" {
+		f.rule(nftClusterIPsCheck, `ip daddr { %s } drop comment "Drop traffic to unallocated ClusterIPs"`, opt.ServiceCIDR)
+	}
+	f.rule("filter-forward", "ct state new jump %s", nftEPCheckChain)
+	f.rule("filter-forward", "ct state new jump %s", nftClusterIPsCheck)
+	if nodePorts {
+		f.rule("filter-input", "ct state new jump %s", nftNodePortEPCheckChain)
+	}
+	f.rule("filter-input", "ct state new jump %s", nftEPCheckChain)
+	f.rule("filter-output", "ct state new jump %s", nftEPCheckChain)
+	f.rule("filter-output", "ct state new jump %s", nftClusterIPsCheck)
+	f.rule(nftMarkMasqChain, "mark set mark or %s", MasqMark)
+	f.rule(nftMasqueradingChain, "mark and %s == 0 return", MasqMark)
+	f.rule(nftMasqueradingChain, "mark set mark xor %s", MasqMark)
+	f.rule(nftMasqueradingChain, "masquerade fully-random")
+	f.rule("nat-output", "jump %s", nftServicesChain)
+	f.rule("nat-postrouting", "jump %s", nftMasqueradingChain)
+	f.rule("nat-prerouting", "jump %s", nftServicesChain)
+	f.rule(nftRejectChain, "reject")
+	f.rule(nftServicesChain, "ip daddr . meta l4proto . th dport vmap @%s", nftServiceIPsMap)
+	f.rule(nftEPCheckChain, "ip daddr . meta l4proto . th dport vmap @%s", nftNoEndpointMap)
+	if !nodePorts {
+		return
+	}
+	f.rule(nftServicesChain, "ip daddr @%s meta l4proto . th dport vmap @%s", nftNodePortIPsSet, nftServiceNodePortsMap)
+	f.rule(nftNodePortEPCheckChain, "ip daddr @%s meta l4proto . th dport vmap @%s", nftNodePortIPsSet, nftNoEndpointNodePorts)
+	for _, ip := range opt.NodeIPs {
+		f.elem(elNodePortIPs, nftElem{key: ip})
+	}
+}
+
+// nftService renders one Service port: its map elements, its chain and its endpoints'
+// chains, then its NodePort.
+func nftService(s Service, opt Options) *nftFrag {
+	f := &nftFrag{}
 	p := strings.ToLower(s.Protocol)
 	key := fmt.Sprintf("%s . %s . %d", s.ClusterIP, p, s.Port)
 	var np nodePort
 	if s.NodePort != 0 {
 		np = s.nodePortOn(opt.NodeName)
-		m.blockNodePort(s, np.fate)
+		f.blockNodePort(s, np.fate)
 	}
 	if len(s.Endpoints) == 0 {
-		m.elem(elNoEndpoint, nftElem{key: key, comment: s.PortKey(), value: "goto " + nftRejectChain})
-		return
+		f.elem(elNoEndpoint, nftElem{key: key, comment: s.PortKey(), value: "goto " + nftRejectChain})
+		return f
 	}
 	svc := s.NFTServiceChain()
-	m.elem(elServiceIPs, nftElem{key: key, value: "goto " + svc})
+	f.elem(elServiceIPs, nftElem{key: key, value: "goto " + svc})
 	eps := s.sortedEndpoints()
-	m.chain(svc, "")
+	f.chain(svc, "")
 	if opt.ClusterCIDR != "" {
 		// As kube-proxy 1.34 writes it (testdata/real): the ClusterIP only, no port.
-		m.rule(svc, "ip daddr %s ip saddr != %s jump %s", s.ClusterIP, opt.ClusterCIDR, nftMarkMasqChain)
+		f.rule(svc, "ip daddr %s ip saddr != %s jump %s", s.ClusterIP, opt.ClusterCIDR, nftMarkMasqChain)
 	}
-	m.balance(s, svc, eps, opt.NFTMod1Maps)
+	f.balance(s, svc, eps, opt.NFTMod1Maps)
 	for _, e := range eps {
 		ep := s.NFTEndpointChain(e)
-		m.chain(ep, "")
-		m.cnt.Endpoints++
-		m.rule(ep, "ip saddr %s jump %s", e.IP, nftMarkMasqChain)
-		m.rule(ep, "meta l4proto %s dnat to %s", p, net.JoinHostPort(e.IP, fmt.Sprint(e.Port)))
+		f.chain(ep, "")
+		f.endpoints++
+		f.rule(ep, "ip saddr %s jump %s", e.IP, nftMarkMasqChain)
+		f.rule(ep, "meta l4proto %s dnat to %s", p, net.JoinHostPort(e.IP, fmt.Sprint(e.Port)))
 	}
 	if s.NodePort != 0 {
-		m.external(s, np, opt)
+		f.external(s, np, opt)
 	}
+	return f
 }
 
 // balance adds chain's rule that sends a connection to one of eps' endpoint chains, each
 // with the same chance (a plain goto for a single one, unless mod1Maps: see RenderNFTables).
-func (m *nftModel) balance(s Service, chain string, eps []Endpoint, mod1Maps bool) {
+func (f *nftFrag) balance(s Service, chain string, eps []Endpoint, mod1Maps bool) {
 	if len(eps) == 1 && !mod1Maps {
-		m.rule(chain, "goto %s", s.NFTEndpointChain(eps[0]))
+		f.rule(chain, "goto %s", s.NFTEndpointChain(eps[0]))
 		return
 	}
 	var vm strings.Builder
@@ -352,38 +426,38 @@ func (m *nftModel) balance(s Service, chain string, eps []Endpoint, mod1Maps boo
 		}
 		fmt.Fprintf(&vm, "%d : goto %s", i, s.NFTEndpointChain(e))
 	}
-	m.rule(chain, "numgen random mod %d vmap { %s }", len(eps), vm.String())
+	f.rule(chain, "numgen random mod %d vmap { %s }", len(eps), vm.String())
 }
 
 // external adds s's NodePort path on this node (s has endpoints), as nodePort says: its
 // service-nodeports element, its external- chain and, for Local with endpoints here, its
 // local- chain.
-func (m *nftModel) external(s Service, np nodePort, opt Options) {
+func (f *nftFrag) external(s Service, np nodePort, opt Options) {
 	ext, svc := s.NFTExternalChain(), s.NFTServiceChain()
-	m.elem(elServiceNodePorts, nftElem{key: s.nftNodePortKey(), value: "goto " + ext})
-	m.chain(ext, "")
+	f.elem(elServiceNodePorts, nftElem{key: s.nftNodePortKey(), value: "goto " + ext})
+	f.chain(ext, "")
 	if !s.ExternalLocal {
-		m.rule(ext, "jump %s", nftMarkMasqChain)
-		m.rule(ext, "goto %s", svc)
+		f.rule(ext, "jump %s", nftMarkMasqChain)
+		f.rule(ext, "goto %s", svc)
 		return
 	}
 	if opt.ClusterCIDR != "" {
-		m.rule(ext, `ip saddr %s goto %s comment "short-circuit pod traffic"`, opt.ClusterCIDR, svc)
+		f.rule(ext, `ip saddr %s goto %s comment "short-circuit pod traffic"`, opt.ClusterCIDR, svc)
 	}
-	m.rule(ext, `fib saddr type local jump %s comment "masquerade local traffic"`, nftMarkMasqChain)
-	m.rule(ext, `fib saddr type local goto %s comment "short-circuit local traffic"`, svc)
+	f.rule(ext, `fib saddr type local jump %s comment "masquerade local traffic"`, nftMarkMasqChain)
+	f.rule(ext, `fib saddr type local goto %s comment "short-circuit local traffic"`, svc)
 	if np.fate != nodePortServed {
 		return // the rest falls through; nodeport-endpoints-check drops it
 	}
 	local := s.NFTLocalChain()
-	m.rule(ext, "goto %s", local)
-	m.chain(local, "")
-	m.balance(s, local, np.local, opt.NFTMod1Maps)
+	f.rule(ext, "goto %s", local)
+	f.chain(local, "")
+	f.balance(s, local, np.local, opt.NFTMod1Maps)
 }
 
 // blockNodePort puts s's NodePort in no-endpoint-nodeports when no endpoint takes its
 // traffic on this node: dropped (Local, none here) or rejected (no endpoints at all).
-func (m *nftModel) blockNodePort(s Service, fate nodePortFate) {
+func (f *nftFrag) blockNodePort(s Service, fate nodePortFate) {
 	verdict := "drop"
 	switch fate {
 	case nodePortServed:
@@ -391,7 +465,7 @@ func (m *nftModel) blockNodePort(s Service, fate nodePortFate) {
 	case nodePortRejected:
 		verdict = "goto " + nftRejectChain
 	}
-	m.elem(elNoEndpointNodePorts, nftElem{key: s.nftNodePortKey(), comment: s.PortKey(), value: verdict})
+	f.elem(elNoEndpointNodePorts, nftElem{key: s.nftNodePortKey(), comment: s.PortKey(), value: verdict})
 }
 
 // nftNodePortKey is s's key in the NodePort maps, "<proto> . <nodePort>".
@@ -416,10 +490,15 @@ func writeRules(b *strings.Builder, c nftChain) {
 // writeElems writes "add element" commands, 1,000 elements each (keeps the lines of a
 // 10,000-Service rendering reasonable).
 func writeElems(b *strings.Builder, set string, elems []nftElem) {
+	writeElemsVerb(b, "add", set, elems)
+}
+
+// writeElemsVerb writes "<verb> element" commands (add, delete), 1,000 elements each.
+func writeElemsVerb(b *strings.Builder, verb, set string, elems []nftElem) {
 	const batch = 1000
 	for len(elems) > 0 {
 		n := min(batch, len(elems))
-		fmt.Fprintf(b, "add element %s %s { ", nftT, set)
+		fmt.Fprintf(b, "%s element %s %s { ", verb, nftT, set)
 		for i, e := range elems[:n] {
 			if i > 0 {
 				b.WriteString(", ")
@@ -435,26 +514,30 @@ func writeElems(b *strings.Builder, set string, elems []nftElem) {
 // a chain not yet added), elements come last.
 func (m nftModel) full() []byte {
 	var b strings.Builder
-	b.Grow(800 * (len(m.chains) + 10))
+	b.Grow(800 * (m.cnt.Chains + 10))
 	fmt.Fprintf(&b, "add table %s { comment \"rules for kube-proxy\" ; }\n", nftT)
 	fmt.Fprintf(&b, "delete table %s\n", nftT)
 	fmt.Fprintf(&b, "add table %s { comment \"rules for kube-proxy\" ; }\n", nftT)
-	fmt.Fprintf(&b, "add set %s %s { type ipv4_addr ; comment \"Active ClusterIPs\" ; }\n", nftT, nftClusterIPsSet)
-	fmt.Fprintf(&b, "add map %s %s { type %s ; comment \"vmap to drop or reject packets to services with no endpoints\" ; }\n", nftT, nftNoEndpointMap, nftVerdictMapType)
-	fmt.Fprintf(&b, "add map %s %s { type %s ; comment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\" ; }\n", nftT, nftServiceIPsMap, nftVerdictMapType)
-	if m.nodePorts {
-		fmt.Fprintf(&b, "add set %s %s { type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }\n", nftT, nftNodePortIPsSet)
-		fmt.Fprintf(&b, "add map %s %s { type %s ; comment \"vmap to drop or reject packets to service nodeports with no endpoints\" ; }\n", nftT, nftNoEndpointNodePorts, nftNodePortMapType)
-		fmt.Fprintf(&b, "add map %s %s { type %s ; comment \"NodePort traffic\" ; }\n", nftT, nftServiceNodePortsMap, nftNodePortMapType)
+	for _, set := range nftDeclOrder {
+		if set >= elNodePortIPs && !m.nodePorts { // the NodePort ones
+			continue
+		}
+		d := nftSetDecls[set]
+		fmt.Fprintf(&b, "add %s %s %s { %s }\n", d.kind, nftT, nftSets[set], d.body)
 	}
-	for _, c := range m.chains {
-		writeChain(&b, c)
+	frags := append([]*nftFrag{m.base}, m.frags...)
+	for _, f := range frags {
+		for _, c := range f.chains {
+			writeChain(&b, c)
+		}
 	}
-	for _, c := range m.chains {
-		writeRules(&b, c)
+	for _, f := range frags {
+		for _, c := range f.chains {
+			writeRules(&b, c)
+		}
 	}
 	for i, set := range nftSets {
-		writeElems(&b, set, m.elems[i])
+		writeElems(&b, set, m.elems(i))
 	}
 	return []byte(b.String())
 }

@@ -1,0 +1,601 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/driver"
+	"github.com/cnibench/cnibench/internal/result"
+)
+
+// change: how long one change takes to reach the data plane while many objects stand (issue
+// 16; kube-proxy's partial syncs, ClusterLoader2's network programming latency). A client pod
+// runs cnibench's prober (driver.ProbeCommand), which starts a TCP connection to the changed
+// object's address at a fixed interval, whatever became of the ones before (a dropped SYN does
+// not hold it up), and stamps each; an endpoint pod answers every connection with its address.
+// With the case's Services standing (services: the total, the changed one included), the
+// trial makes a change and undoes it, again and again (at least minChanges of each, for the
+// trial's duration), each with the probe running from before the call until the probes show
+// the new state settled. For each change:
+//
+//   - the reaction: from the call to the first attempt that obeys the new state (a Service
+//     added: answered by its endpoint; removed: not answered), estimated as the middle
+//     between that attempt's start and the start of the one before it (or the call, if that
+//     started earlier): the change reached the data plane between the two, so the estimate
+//     is within half a probe interval of the truth, plus the attempt's own way to the rules
+//     (microseconds on one host), plus the clocks' difference (below). Reported per
+//     direction as P50, P99 (nearest rank) and maximum; the resolution of each change is
+//     recorded (probe_resolution_ms its mean, probe_resolution_max_ms the widest: a machine
+//     that stalls the prober for milliseconds widens a change's gap, and the trial says so);
+//   - all: the same until every attempt from then on obeys (a data plane that obeys on
+//     and off in between, flaps_count, has a later "all");
+//   - control: how long the call took. On the lab it returns once every node's data plane
+//     holds the change (the lab's control plane is the call), so control is programming and
+//     data (the reaction less control) may be negative: the kernel uses a ruleset as soon as
+//     its transaction commits, before the tool that sent it exits. On a cluster it is the API.
+//   - program: the backend's own figure for the programming (cl.Programmed's
+//     proxy_program_ms, where the backend reports one).
+//
+// Times: attempts are stamped by the client pod's wall clock, calls by this host's; the
+// offset between them is estimated before each trial (clockOffset) and applied when larger
+// than its uncertainty (on the lab and the project's test cluster both are this host's).
+type change struct{}
+
+func init() { Register(change{}) }
+
+func (change) Name() string { return "change" }
+
+// changeKind is a kind of change the scenario times: something made (do) and taken back
+// (undo) again and again, whose effect a connection probe sees.
+type changeKind struct {
+	name, summary string
+	do, undo      string // the directions' names, the metrics' prefixes
+	// servedAfterDo: the probe is answered once do took effect (a Service added), not after
+	// undo; false the other way round (a policy that denies).
+	servedAfterDo bool
+	// setup makes the kind's standing objects (the changed one in its "done" state) once the
+	// client and the endpoint exist.
+	setup func(ctx context.Context, f *changeFixture) error
+	// apply makes the change (do: true) or takes it back; close removes what setup made.
+	apply func(ctx context.Context, f *changeFixture, do bool) error
+	close func(ctx context.Context, f *changeFixture) error
+}
+
+// changeKinds are the kinds by name.
+var changeKinds = map[string]changeKind{}
+
+func registerChange(k changeKind) {
+	if _, dup := changeKinds[k.name]; dup {
+		panic("change kind " + k.name + " registered twice")
+	}
+	changeKinds[k.name] = k
+}
+
+// ChangeKinds lists the kinds of change the change scenario times, sorted.
+func ChangeKinds() []string {
+	out := make([]string, 0, len(changeKinds))
+	for n := range changeKinds {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ChangeKindSummary is one line about a kind of change (cnibench list).
+func ChangeKindSummary(name string) string { return changeKinds[name].summary }
+
+func (change) Info() Info {
+	return Info{
+		Summary: "time from one change (a Service added or removed) to the data plane obeying it, with many Services standing; P50/P99 over many changes (kube-proxy's partial sync, ClusterLoader2's network programming latency)",
+		Primary: func(c result.Case) string {
+			if k, ok := changeKinds[c.Change]; ok {
+				return k.do + "_p50_ms"
+			}
+			return "add_p50_ms"
+		},
+		NoBaseline:        true,
+		DefaultDataplanes: []string{"flannel", "cilium"},
+		Placements:        []string{"intra", "inter"},
+		Protocols:         []string{"tcp"},
+		DefaultProtocols:  []string{"tcp"},
+		Params:            []string{"services", "proxy", "change", "sync"},
+		DefaultInts:       map[string][]int{"services": {1}},
+		DefaultStrs:       map[string][]string{"change": ChangeKinds(), "sync": {"partial"}},
+		Tool:              driver.ProbeTool,
+		Check: func(c result.Case) error {
+			if _, ok := changeKinds[c.Change]; !ok {
+				return fmt.Errorf("unknown change %q (valid: %s)", c.Change, strings.Join(ChangeKinds(), ", "))
+			}
+			if c.Services < 1 {
+				return fmt.Errorf("services %d: the change scenario counts the changed Service, give 1 or more", c.Services)
+			}
+			return nil
+		},
+		Charted: func(c result.Case) []string {
+			k := changeKinds[c.Change]
+			return []string{k.do + "_p99_ms", k.undo + "_p50_ms"}
+		},
+		TrialSeconds: func(c result.Case, durationS int) float64 {
+			// Each change waits for the probe to settle (about a second), and programming at
+			// scale takes its own time: the trial lasts at least minChanges pairs.
+			return max(float64(durationS), float64(2*minChanges)*(1.5+float64(c.Services)/5000))
+		},
+		// Its changes reprogram every node, and other fixtures' Services would stand in its
+		// measurements.
+		Exclusive: func(result.Case) bool { return true },
+	}
+}
+
+const (
+	// minChanges is the fewest changes of each direction a trial makes, however short: P99
+	// over fewer is only a maximum.
+	minChanges = 20
+	// changePorts are the changed Service's ports (the endpoint answers on answerPort): the
+	// prober tries them in turn, which doubles its connection tuples (connprobe.Options).
+	changePort, changePort2 = 80, 81
+	// warmAttempts is how many attempts must show the old state before a change is made;
+	// settleAttempts how many in a row, started after the call returned, must show the new
+	// one before it counts as done; keepAttempts how many the raw record keeps around a
+	// change's telling attempts.
+	warmAttempts   = 20
+	settleAttempts = 100
+	keepAttempts   = 5
+)
+
+// Probe settings; variables so tests can change them.
+var (
+	changeInterval = time.Millisecond       // the prober's interval: the resolution is half of it
+	changeTimeout  = 250 * time.Millisecond // an attempt not connected by then is not answered
+	changeWait     = 60 * time.Second       // the most a change may take to show and settle
+)
+
+// changeFixture is a change case set up.
+type changeFixture struct {
+	trialFrame
+	opt      Options
+	c        result.Case
+	kind     changeKind
+	endpoint cluster.Pod
+	pods     []string // the client, the endpoint and the extra Services' pods
+	extras   []string // the extra Services
+	svc      cluster.Service
+	svcSpec  cluster.ServiceSpec
+	exists   bool // the changed Service exists
+	target   string
+	self     string
+}
+
+func (change) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Options) (_ Fixture, err error) {
+	kind, ok := changeKinds[c.Change]
+	if !ok {
+		return nil, fmt.Errorf("unknown change %q (valid: %s)", c.Change, strings.Join(ChangeKinds(), ", "))
+	}
+	self := cl.Facts().Self
+	if self == "" {
+		return nil, cluster.Unsupported("the %s backend's pods cannot run cnibench's prober", cl.Facts().Backend)
+	}
+	cn, sn, err := placeNodes(ctx, cl, c.Placement)
+	if err != nil {
+		return nil, err
+	}
+	f := &changeFixture{trialFrame: trialFrame{cl: cl, clientCPU: opt.CPUs[0]}, opt: opt, c: c, kind: kind, self: self}
+	made, err := cl.CreatePods(ctx, []cluster.PodSpec{
+		{Name: objName(opt, "client"), Node: cn, Labels: fixtureLabels(opt, "client")},
+		{Name: objName(opt, "endpoint"), Node: sn, Labels: fixtureLabels(opt, "endpoint"), AnswerPort: answerPort,
+			Ports: []cluster.ContainerPort{{Name: "answer", Port: answerPort, Protocol: "tcp"}}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.client, f.endpoint = made[0], made[1]
+	f.pods = []string{f.client.Name, f.endpoint.Name}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, f.Close(context.WithoutCancel(ctx)))
+		}
+	}()
+	extraPods, extras, extraMS, err := extraServices(ctx, cl, c.Services-1)
+	f.pods, f.extras = append(f.pods, extraPods...), extras
+	if err != nil {
+		return nil, err
+	}
+	if err := kind.setup(ctx, f); err != nil {
+		return nil, err
+	}
+	f.setup = setupMetrics(ctx, cl, map[string]float64{"services_program_ms": extraMS})
+	return f, nil
+}
+
+// served says whether an attempt was answered by the fixture's endpoint.
+func (f *changeFixture) served(a driver.ProbeAttempt) bool {
+	return a.Result == driver.ProbeOK && a.Answer == f.endpoint.IP
+}
+
+// changeStep is one change and the attempts around it.
+type changeStep struct {
+	Do        bool
+	Call, Ret time.Time // this host's clock before the call and after it returned
+	ProgramMS float64   // the backend's programming time of the change (-1: none reported)
+	Attempts  []driver.ProbeAttempt
+}
+
+// Trial makes and takes back the change for durationS seconds, at least minChanges times
+// each, and measures every one.
+func (f *changeFixture) Trial(ctx context.Context, durationS int) (Measurement, error) {
+	offset, unc, err := clockOffset(ctx, f.cl, f.client.Name)
+	if err != nil {
+		return Measurement{}, err
+	}
+	shift := applied(offset, unc)
+	probeCmd := pin(f.opt.CPUs[0], driver.ProbeCommand(f.self, driver.ProbeSpec{Target: f.target, Interval: changeInterval, Timeout: changeTimeout}))
+	before, cpuErr := f.cl.NodeCPU(ctx, f.client.Node)
+	begin := time.Now()
+	var steps []changeStep
+	var raw bytes.Buffer
+	fmt.Fprintf(&raw, "# change %s target %s shift_us %d uncertainty_us %d\n", f.kind.name, f.target, shift.Microseconds(), unc.Microseconds())
+	fail := func(err error) (Measurement, error) {
+		return Measurement{Raw: raw.Bytes(), Client: probeCmd}, err
+	}
+	for n := 0; n < minChanges || time.Since(begin) < time.Duration(durationS)*time.Second; n++ {
+		// Undo first when the trial finds the change made, so every trial ends as it began.
+		order := []bool{true, false}
+		if f.done() {
+			order = []bool{false, true}
+		}
+		for _, do := range order {
+			st, err := f.step(ctx, probeCmd, shift, do)
+			f.recordStep(&raw, st)
+			if err != nil {
+				return fail(err)
+			}
+			steps = append(steps, st)
+		}
+	}
+	after, cpuErr2 := f.cl.NodeCPU(ctx, f.client.Node)
+	m, err := changeMetrics(f.kind, steps, f.obeys)
+	if err != nil {
+		return fail(err)
+	}
+	addProbeConditions(m, shift, unc, before, after, errors.Join(cpuErr, cpuErr2), f.setup)
+	return Measurement{Metrics: m, Raw: raw.Bytes(), Client: probeCmd}, nil
+}
+
+// done says whether the change is made now (the state after do).
+func (f *changeFixture) done() bool { return f.exists == f.kind.servedAfterDo }
+
+// obeys says whether an attempt shows the state after a step's change.
+func (f *changeFixture) obeys(do bool, a driver.ProbeAttempt) bool {
+	return f.served(a) == (do == f.kind.servedAfterDo)
+}
+
+// step makes one change with the probe running: it starts the prober, waits until
+// warmAttempts attempts show the old state, makes the change, and waits until
+// settleAttempts attempts in a row, started after the call returned, show the new one.
+func (f *changeFixture) step(ctx context.Context, probeCmd []string, shift time.Duration, do bool) (st changeStep, err error) {
+	st = changeStep{Do: do, ProgramMS: -1}
+	p, err := f.cl.Start(ctx, f.client.Name, probeCmd, cluster.Ready{})
+	if err != nil {
+		return st, fmt.Errorf("start the prober: %w", err)
+	}
+	defer func() {
+		if serr := p.Stop(); serr != nil && err == nil {
+			err = fmt.Errorf("stop the prober: %w", serr)
+		}
+		if run, perr := driver.ParseProbe(p.Output()); perr == nil {
+			st.Attempts = shifted(run.Attempts, shift)
+		} else if err == nil {
+			err = perr
+		}
+	}()
+	old := func(a driver.ProbeAttempt) bool { return f.obeys(!do, a) }
+	if err := waitAttempts(ctx, p, shift, probeStartTimeout, func(as []driver.ProbeAttempt) bool {
+		n := 0
+		for _, a := range as {
+			if old(a) {
+				n++
+			}
+		}
+		return n >= warmAttempts
+	}); err != nil {
+		return st, fmt.Errorf("probe of %s from pod %s before the change: %w", f.target, f.client.Name, err)
+	}
+	st.Call = time.Now()
+	err = f.kind.apply(ctx, f, do)
+	st.Ret = time.Now()
+	if err != nil {
+		return st, fmt.Errorf("%s: %w", f.direction(do), err)
+	}
+	if pm, ok := f.cl.Programmed(ctx)["proxy_program_ms"]; ok {
+		st.ProgramMS = pm
+	}
+	err = waitAttempts(ctx, p, shift, changeWait, func(as []driver.ProbeAttempt) bool {
+		return settled(as, st.Ret, func(a driver.ProbeAttempt) bool { return f.obeys(do, a) })
+	})
+	if err != nil {
+		return st, fmt.Errorf("%s: the probe of %s never settled on the new state: %w", f.direction(do), f.target, err)
+	}
+	return st, nil
+}
+
+func (f *changeFixture) direction(do bool) string {
+	if do {
+		return f.kind.do
+	}
+	return f.kind.undo
+}
+
+// shifted moves attempts' stamps by -shift onto this host's clock.
+func shifted(as []driver.ProbeAttempt, shift time.Duration) []driver.ProbeAttempt {
+	if shift == 0 {
+		return as
+	}
+	out := slices.Clone(as)
+	for i := range out {
+		out[i].Start, out[i].End = out[i].Start.Add(-shift), out[i].End.Add(-shift)
+	}
+	return out
+}
+
+// settled says whether the attempts, in order, end with settleAttempts that started at or
+// after t and all obey, with none missing (the prober prints attempts as they finish: a
+// slow one may still be out).
+func settled(as []driver.ProbeAttempt, t time.Time, obeys func(driver.ProbeAttempt) bool) bool {
+	n := len(as)
+	if n < settleAttempts {
+		return false
+	}
+	tail := as[n-settleAttempts:]
+	for i, a := range tail {
+		if a.Start.Before(t) || !obeys(a) || (i > 0 && a.Seq != tail[i-1].Seq+1) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitAttempts polls the prober's output until done says the attempts (in sequence order,
+// moved onto this host's clock) show what it waits for, for at most d.
+func waitAttempts(ctx context.Context, p cluster.Process, shift, d time.Duration, done func([]driver.ProbeAttempt) bool) error {
+	deadline := time.Now().Add(d)
+	wait := reactionPoll
+	var last string
+	for {
+		out := p.Output()
+		run, err := driver.ParseProbe(out)
+		if err != nil {
+			return err
+		}
+		as := shifted(run.Attempts, shift)
+		if done(as) {
+			return nil
+		}
+		switch {
+		case len(as) > 0:
+			a := as[len(as)-1]
+			last = fmt.Sprintf("%d attempts, the last %s %s", len(as), a.Result, a.Answer)
+		case run.Ended:
+			return fmt.Errorf("the prober ended: %s", excerptLines(strings.TrimSpace(string(out)), 3))
+		default:
+			last = "no attempt: " + excerptLines(strings.TrimSpace(string(out)), 3)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %s", d, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*3/2, reactionPollMax)
+	}
+}
+
+// changeTimes are one step's figures in milliseconds.
+type changeTimes struct {
+	first, all, control, data, program float64
+	resolution                         float64 // half the gap the first figure falls in
+	flaps                              int     // attempts that disobeyed between first and all
+}
+
+// times computes a step's figures (see change).
+func (st changeStep) times(obeys func(bool, driver.ProbeAttempt) bool) (changeTimes, error) {
+	as := st.Attempts
+	ok := func(i int) bool { return obeys(st.Do, as[i]) }
+	// The attempts from the first that started at or after the call.
+	from := sort.Search(len(as), func(i int) bool { return !as[i].Start.Before(st.Call) })
+	first := -1
+	for i := from; i < len(as); i++ {
+		if ok(i) {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return changeTimes{}, errors.New("no attempt obeyed the change")
+	}
+	all := len(as)
+	for all > from && ok(all-1) {
+		all--
+	}
+	if all == len(as) {
+		return changeTimes{}, errors.New("the last attempt did not obey the change")
+	}
+	// mid is the estimate for "between attempt i-1 and i": the middle of their starts, the
+	// earlier bounded by the call.
+	mid := func(i int) (at, half time.Duration) {
+		lo := st.Call
+		if i > 0 && as[i-1].Start.After(lo) {
+			lo = as[i-1].Start
+		}
+		half = as[i].Start.Sub(lo) / 2
+		return lo.Add(half).Sub(st.Call), half
+	}
+	t := changeTimes{control: ms(st.Ret.Sub(st.Call)), program: st.ProgramMS}
+	f, half := mid(first)
+	t.first, t.resolution = ms(f), ms(half)
+	a, _ := mid(all)
+	t.all = ms(a)
+	t.data = t.first - t.control
+	for i := first; i < all; i++ {
+		if !ok(i) {
+			t.flaps++
+		}
+	}
+	return t, nil
+}
+
+// changeMetrics are a trial's figures per direction (see change): P50, P99 (nearest rank),
+// maximum and mean of the reaction; P50 and P99 of all; P50 of control, data and program;
+// flaps; the changes made, the probe's median interval, and the mean and widest resolution
+// (half the gap between the attempts a change's figure falls between: half the interval when
+// the prober keeps its schedule, more when the machine held it up).
+func changeMetrics(k changeKind, steps []changeStep, obeys func(bool, driver.ProbeAttempt) bool) (map[string]float64, error) {
+	by := map[bool][]changeTimes{}
+	var gaps, res []float64
+	for i, st := range steps {
+		t, err := st.times(obeys)
+		if err != nil {
+			return nil, fmt.Errorf("change %d (%s): %w", i+1, map[bool]string{true: k.do, false: k.undo}[st.Do], err)
+		}
+		by[st.Do] = append(by[st.Do], t)
+		res = append(res, t.resolution)
+		for j := 1; j < len(st.Attempts); j++ {
+			gaps = append(gaps, ms(st.Attempts[j].Start.Sub(st.Attempts[j-1].Start)))
+		}
+	}
+	if len(by[true]) == 0 || len(by[false]) == 0 {
+		return nil, errors.New("no change measured")
+	}
+	m := map[string]float64{"changes_count": float64(len(by[true]))}
+	for _, do := range []bool{true, false} {
+		dir := k.undo
+		if do {
+			dir = k.do
+		}
+		var first, all, control, data, program []float64
+		flaps := 0
+		for _, t := range by[do] {
+			first, all, control, data = append(first, t.first), append(all, t.all), append(control, t.control), append(data, t.data)
+			if t.program >= 0 {
+				program = append(program, t.program)
+			}
+			flaps += t.flaps
+		}
+		m[dir+"_p50_ms"] = nearestRank(first, 50)
+		m[dir+"_p99_ms"] = nearestRank(first, 99)
+		m[dir+"_max_ms"] = slices.Max(first)
+		m[dir+"_mean_ms"] = mean(first)
+		m[dir+"_all_p50_ms"] = nearestRank(all, 50)
+		m[dir+"_all_p99_ms"] = nearestRank(all, 99)
+		m[dir+"_control_p50_ms"] = nearestRank(control, 50)
+		m[dir+"_data_p50_ms"] = nearestRank(data, 50)
+		if len(program) > 0 {
+			m[dir+"_program_p50_ms"] = nearestRank(program, 50)
+		}
+		m[dir+"_flaps_count"] = float64(flaps)
+	}
+	if len(gaps) > 0 {
+		m["probe_interval_ms"] = nearestRank(gaps, 50)
+	}
+	m["probe_resolution_ms"] = mean(res)
+	m["probe_resolution_max_ms"] = slices.Max(res)
+	return m, nil
+}
+
+// recordStep writes a step to the trial's raw record: a header, and the attempts that tell its
+// story (keepAttempts around the call, the first obeying one and the one from which all do;
+// every disobeying one between), as the prober printed them (its clock).
+func (f *changeFixture) recordStep(b *bytes.Buffer, st changeStep) {
+	fmt.Fprintf(b, "# step %s call %s ret %s program_ms %.3f attempts %d\n", f.direction(st.Do), fmtEpoch(st.Call), fmtEpoch(st.Ret), st.ProgramMS, len(st.Attempts))
+	as := st.Attempts
+	keep := make([]bool, len(as))
+	mark := func(i int) {
+		for j := max(i-keepAttempts, 0); j < min(i+keepAttempts+1, len(as)); j++ {
+			keep[j] = true
+		}
+	}
+	from := sort.Search(len(as), func(i int) bool { return !as[i].Start.Before(st.Call) })
+	mark(from)
+	seenOK := false
+	for i := from; i < len(as); i++ {
+		if o := f.obeys(st.Do, as[i]); o != seenOK || !o {
+			if o || seenOK {
+				mark(i)
+			}
+			seenOK = seenOK || o
+		}
+	}
+	for i, a := range as {
+		if keep[i] {
+			fmt.Fprintf(b, "c %d %d %d %s %s\n", a.Seq, a.Start.UnixNano(), a.End.UnixNano(), a.Result, orDash(a.Answer))
+		}
+	}
+}
+
+// Close removes what the kind made, the extra Services and the pods.
+func (f *changeFixture) Close(ctx context.Context) error {
+	var errs []error
+	if f.kind.close != nil {
+		errs = append(errs, f.kind.close(ctx, f))
+	}
+	if len(f.extras) > 0 {
+		errs = append(errs, f.cl.DeleteServices(ctx, f.extras))
+	}
+	if len(f.pods) > 0 {
+		errs = append(errs, f.cl.DeletePods(ctx, f.pods))
+	}
+	return errors.Join(errs...)
+}
+
+// The kind "service": a ClusterIP Service over the endpoint is removed and added again with
+// the same ClusterIP (cluster.ServiceSpec.ClusterIP), so the prober aims at its address
+// throughout.
+func init() {
+	registerChange(changeKind{
+		name:    "service",
+		summary: "a ClusterIP Service is added (and removed again): until its address answers (and stops answering)",
+		do:      "add", undo: "remove", servedAfterDo: true,
+		setup: func(ctx context.Context, f *changeFixture) error {
+			f.svcSpec = cluster.ServiceSpec{Name: objName(f.opt, "changed"), Selector: fixtureLabels(f.opt, "endpoint"),
+				Ports: []cluster.ServicePort{{Name: "answer", Port: changePort, TargetPort: answerPort, Protocol: "tcp"},
+					{Name: "answer2", Port: changePort2, TargetPort: answerPort, Protocol: "tcp"}}}
+			svc, err := cluster.CreateService(ctx, f.cl, f.svcSpec)
+			if err != nil {
+				return err
+			}
+			f.svc, f.exists = svc, true
+			f.svcSpec.ClusterIP = svc.ClusterIP
+			f.target = svc.ClusterIP + ":" + strconv.Itoa(changePort) + "," + svc.ClusterIP + ":" + strconv.Itoa(changePort2)
+			return nil
+		},
+		apply: func(ctx context.Context, f *changeFixture, do bool) error {
+			if do {
+				if _, err := cluster.CreateService(ctx, f.cl, f.svcSpec); err != nil {
+					return err
+				}
+				f.exists = true
+				return nil
+			}
+			if err := cluster.DeleteService(ctx, f.cl, f.svcSpec.Name); err != nil {
+				return err
+			}
+			f.exists = false
+			return nil
+		},
+		close: func(ctx context.Context, f *changeFixture) error {
+			if !f.exists {
+				return nil
+			}
+			f.exists = false
+			return cluster.DeleteService(ctx, f.cl, f.svcSpec.Name)
+		},
+	})
+}

@@ -1,0 +1,417 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/cluster/clustertest"
+	"github.com/cnibench/cnibench/internal/connprobe"
+	"github.com/cnibench/cnibench/internal/driver"
+	"github.com/cnibench/cnibench/internal/result"
+)
+
+// changeFake is clustertest's fake cluster whose data plane follows the changed Service on a
+// schedule: it serves the Service's address from delay after the create call began, and stops
+// serving it delay after the delete call began; the calls themselves take call. The prober's
+// output is made up as cnibench's prober would have printed it, an attempt every interval,
+// each answered by the endpoint while the address is served and refused otherwise; with flap,
+// the first attempt after each switch still sees the old state for one more attempt after a
+// first one saw the new (a data plane that obeys on and off). The pod's clock is skew ahead.
+type changeFake struct {
+	*clustertest.Fake
+	delay, call, interval, skew time.Duration
+	flap, never                 bool
+
+	mu      sync.Mutex
+	changed string      // the changed Service's name
+	plane   []planeFlip // when the address is served, over time
+	probes  int
+}
+
+// planeFlip: from at on, the address is served or not.
+type planeFlip struct {
+	at     time.Time
+	served bool
+}
+
+func newChangeFake(delay time.Duration) *changeFake {
+	return &changeFake{Fake: clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: "/fake/cnibench"}}), delay: delay, interval: time.Millisecond}
+}
+
+func (r *changeFake) flip(served bool, call time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.never {
+		r.plane = append(r.plane, planeFlip{at: call.Add(r.delay), served: served})
+	}
+}
+
+func (r *changeFake) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) ([]cluster.Service, error) {
+	t0 := time.Now()
+	out, err := r.Fake.CreateServices(ctx, specs)
+	if err == nil && len(specs) == 1 && strings.HasSuffix(specs[0].Name, "changed") {
+		r.mu.Lock()
+		first := r.changed == ""
+		r.changed = specs[0].Name
+		r.mu.Unlock()
+		if first { // set-up: served from now on
+			r.mu.Lock()
+			r.plane = []planeFlip{{at: t0, served: true}}
+			r.mu.Unlock()
+		} else {
+			r.flip(true, t0)
+		}
+		time.Sleep(r.call)
+	}
+	return out, err
+}
+
+func (r *changeFake) DeleteServices(ctx context.Context, names []string) error {
+	t0 := time.Now()
+	r.mu.Lock()
+	ours := slices.Contains(names, r.changed)
+	r.mu.Unlock()
+	if ours {
+		r.flip(false, t0)
+		time.Sleep(r.call)
+	}
+	return r.Fake.DeleteServices(ctx, names)
+}
+
+// servedAt says whether the address is served at t, and the index of the flip that says so
+// (caller holds mu).
+func (r *changeFake) servedAt(t time.Time) (bool, int) {
+	served, idx := false, -1
+	for i, s := range r.plane {
+		if !s.at.After(t) {
+			served, idx = s.served, i
+		}
+	}
+	return served, idx
+}
+
+func (r *changeFake) Exec(ctx context.Context, pod string, argv []string) (cluster.ExecResult, error) {
+	if slices.Equal(argv, clockCmd) {
+		return cluster.ExecResult{Stdout: []byte(fmtEpoch(time.Now().Add(r.skew)) + "\n")}, nil
+	}
+	return r.Fake.Exec(ctx, pod, argv)
+}
+
+func (r *changeFake) Start(ctx context.Context, pod string, argv []string, ready cluster.Ready) (cluster.Process, error) {
+	if !slices.Contains(argv, "probe") {
+		return r.Fake.Start(ctx, pod, argv, ready)
+	}
+	r.mu.Lock()
+	r.probes++
+	r.mu.Unlock()
+	return &madeUpProber{r: r, clockedProcess: clockedProcess{start: time.Now()}}, nil
+}
+
+// endpointIP is the answer of the fake's endpoint pod.
+func (r *changeFake) endpointIP() string {
+	for _, p := range r.Pods() {
+		if strings.HasSuffix(p.Name, "endpoint") {
+			return p.IP
+		}
+	}
+	return ""
+}
+
+// madeUpProber is a prober whose output is made up from the data plane's schedule.
+type madeUpProber struct {
+	r *changeFake
+	clockedProcess
+}
+
+func (p *madeUpProber) Output() []byte {
+	end, stopped := p.until()
+	ip := p.r.endpointIP()
+	p.r.mu.Lock()
+	defer p.r.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "# probe target 10.96.0.1:80 interval_ns %d timeout_ns %d t0_ns %d\n", p.r.interval, 250*time.Millisecond, p.start.Add(p.r.skew).UnixNano())
+	flapped := map[int]bool{}
+	seenNew := map[int]int{}
+	for i, t := 0, p.start; t.Before(end); i, t = i+1, t.Add(p.r.interval) {
+		served, idx := p.r.servedAt(t)
+		if p.r.flap && idx > 0 && !flapped[idx] {
+			if seenNew[idx]++; seenNew[idx] == 2 { // the second attempt after the switch sees the old state
+				flapped[idx] = true
+				served = !served
+			}
+		}
+		s, e := t.Add(p.r.skew).UnixNano(), t.Add(p.r.skew+150*time.Microsecond).UnixNano()
+		if served {
+			fmt.Fprintf(&b, "c %d %d %d ok %s\n", i, s, e, ip)
+		} else {
+			fmt.Fprintf(&b, "c %d %d %d refused -\n", i, s, e)
+		}
+	}
+	if stopped {
+		b.WriteString("# end attempts 0 missed 0 late 0\n")
+	}
+	return []byte(b.String())
+}
+
+func changeCase(kind string, services int) result.Case {
+	c := result.Case{Scenario: "change", Backend: "fake", Dataplane: "fake", Placement: "inter", Protocol: "tcp", Services: services, Change: kind}
+	c.ID = c.MakeID()
+	return c
+}
+
+// shortChangeWaits makes the scenario's waits fit a unit test.
+func shortChangeWaits(t *testing.T) {
+	t.Helper()
+	shortWaits(t)
+	old := changeWait
+	changeWait = 2 * time.Second
+	t.Cleanup(func() { changeWait = old })
+}
+
+// A trial adds and removes the Service minChanges times each, a prober of its own for each
+// change; the figures are the data plane's schedule: 30 ms from the call to the new state,
+// within the stated resolution (half the probe's 1 ms interval); the calls' own 5 ms are the
+// control part and the rest the data part. The pod's clock, 250 ms ahead, is taken off the
+// attempts' times. The trial ends with the Service as it found it; Close removes everything.
+func TestChangeOnFake(t *testing.T) {
+	shortChangeWaits(t)
+	r := newChangeFake(30 * time.Millisecond)
+	r.call, r.skew = 5*time.Millisecond, 250*time.Millisecond
+	f, err := change{}.Setup(context.Background(), r, changeCase("service", 3), Options{CPUs: [2]int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.Services()); n != 3 {
+		t.Errorf("%d Services after set-up, want 3 (2 extra and the changed one)", n)
+	}
+	m, err := f.Trial(context.Background(), 0)
+	if err != nil {
+		t.Fatalf("trial: %v\n%s", err, m.Raw)
+	}
+	if r.probes != 2*minChanges {
+		t.Errorf("%d probers started, want one per change (%d)", r.probes, 2*minChanges)
+	}
+	for k, want := range map[string]float64{
+		"add_p50_ms": 30, "add_p99_ms": 30, "add_max_ms": 30, "add_all_p50_ms": 30, "add_control_p50_ms": 5, "add_data_p50_ms": 25,
+		"remove_p50_ms": 30, "remove_p99_ms": 30, "remove_all_p99_ms": 30, "remove_control_p50_ms": 5,
+		"probe_clock_offset_ms": 250, "probe_interval_ms": 1, "probe_resolution_ms": 0.5,
+		"changes_count": minChanges, "add_flaps_count": 0, "remove_flaps_count": 0,
+	} {
+		tol := 0.6 // the resolution and the made-up attempts' alignment
+		if strings.Contains(k, "control") || strings.Contains(k, "data") {
+			tol = 2 // the calls' sleeps
+		}
+		if v, ok := m.Metrics[k]; !ok || !near(v, want, tol) {
+			t.Errorf("%s = %v (present %v), want %v ± %v", k, v, ok, want, tol)
+		}
+	}
+	if !strings.Contains(string(m.Raw), "# step remove call ") || !strings.Contains(string(m.Raw), "# step add call ") {
+		t.Errorf("raw record:\n%.2000s", m.Raw)
+	}
+	if n := len(r.Services()); n != 3 {
+		t.Errorf("%d Services after the trial, want 3: the trial ends as it began", n)
+	}
+	if err := f.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.AssertEmpty(t)
+}
+
+// A data plane that obeys on and off after a change has a later "all" than "first", and the
+// disobeying attempt in between is counted.
+func TestChangeFlaps(t *testing.T) {
+	shortChangeWaits(t)
+	r := newChangeFake(20 * time.Millisecond)
+	r.flap = true
+	f, err := change{}.Setup(context.Background(), r, changeCase("service", 1), Options{CPUs: [2]int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(context.Background())
+	m, err := f.Trial(context.Background(), 0)
+	if err != nil {
+		t.Fatalf("trial: %v\n%s", err, m.Raw)
+	}
+	for _, dir := range []string{"add", "remove"} {
+		first, all, flaps := m.Metrics[dir+"_p50_ms"], m.Metrics[dir+"_all_p50_ms"], m.Metrics[dir+"_flaps_count"]
+		if !near(first, 20, 0.6) || !near(all, 22, 0.6) || flaps != minChanges {
+			t.Errorf("%s: first %v, all %v, flaps %v; want 20, 22 (the attempt after the flap), %d", dir, first, all, flaps, minChanges)
+		}
+	}
+}
+
+// A data plane that never follows fails the trial with what the probe saw last; the next
+// trial (or Close) finds the fixture as the failed step left it.
+func TestChangeNeverFollows(t *testing.T) {
+	shortChangeWaits(t)
+	changeWait = 300 * time.Millisecond
+	r := newChangeFake(0)
+	f, err := change{}.Setup(context.Background(), r, changeCase("service", 1), Options{CPUs: [2]int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.never = true
+	m, err := f.Trial(context.Background(), 0)
+	if err == nil || !strings.Contains(err.Error(), "remove: the probe of 10.96.") || !strings.Contains(err.Error(), "never settled") {
+		t.Errorf("trial: %v, want: remove never settled", err)
+	}
+	if !strings.Contains(string(m.Raw), "# step remove call") {
+		t.Errorf("raw record:\n%.1000s", m.Raw)
+	}
+	if err := f.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.AssertEmpty(t)
+}
+
+// A backend whose pods cannot run cnibench skips the case; an unknown kind is an error.
+func TestChangeNeedsProber(t *testing.T) {
+	_, err := change{}.Setup(context.Background(), clustertest.New(clustertest.Config{}), changeCase("service", 1), Options{})
+	if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "prober") {
+		t.Errorf("setup without cnibench in pods: %v", err)
+	}
+	info := change{}.Info()
+	if err := info.Check(changeCase("nope", 1)); err == nil || !strings.Contains(err.Error(), `unknown change "nope"`) {
+		t.Errorf("check of an unknown kind: %v", err)
+	}
+	if err := info.Check(changeCase("service", 0)); err == nil {
+		t.Error("check of services 0: no error")
+	}
+	c := changeCase("service", 1)
+	if c.Primary() != "add_p50_ms" || c.BaselineID() != "" || Shares(c) || info.Tool != driver.ProbeTool {
+		t.Errorf("primary %s, baseline %q, shares %v, tool %s", c.Primary(), c.BaselineID(), Shares(c), info.Tool)
+	}
+	if !strings.Contains(c.ID, "change=service") {
+		t.Errorf("id %s has no change label", c.ID)
+	}
+}
+
+// realProber is cnibench's prober run in this process (connprobe.Run), its output kept.
+type realProber struct {
+	cancel context.CancelFunc
+	done   chan error
+	mu     sync.Mutex
+	out    []byte
+}
+
+func (p *realProber) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.out = append(p.out, b...)
+	return len(b), nil
+}
+
+func (p *realProber) Output() []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.out)
+}
+
+func (p *realProber) Stop() error {
+	p.cancel()
+	return <-p.done
+}
+
+// servingFake is changeFake with a real data plane on loopback: a listener that answers each
+// connection with the endpoint's address while the schedule says the Service is served, and
+// closes it unanswered otherwise; the scenario's prober is cnibench's, run in this process
+// against the listener.
+type servingFake struct {
+	*changeFake
+	ln net.Listener
+}
+
+func newServingFake(t *testing.T, delay time.Duration) *servingFake {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &servingFake{changeFake: newChangeFake(delay), ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			served, _ := s.servedAt(time.Now())
+			s.mu.Unlock()
+			if served {
+				_, _ = c.Write([]byte(s.endpointIP() + "\n"))
+			}
+			c.Close()
+		}
+	}()
+	return s
+}
+
+func (s *servingFake) Start(ctx context.Context, pod string, argv []string, ready cluster.Ready) (cluster.Process, error) {
+	if !slices.Contains(argv, "probe") {
+		return s.Fake.Start(ctx, pod, argv, ready)
+	}
+	s.mu.Lock()
+	s.probes++
+	s.mu.Unlock()
+	pctx, cancel := context.WithCancel(context.Background())
+	p := &realProber{cancel: cancel, done: make(chan error, 1)}
+	opt := connprobe.Options{Targets: []netip.AddrPort{netip.MustParseAddrPort(s.ln.Addr().String())}, Interval: changeInterval, Timeout: changeTimeout,
+		MaxInflight: connprobe.DefaultMaxInflight}
+	go func() {
+		_, err := connprobe.Run(pctx, p, opt)
+		p.done <- err
+	}()
+	return p, nil
+}
+
+// Precision, stated and tested: a data plane that takes a known 25 ms to follow each change
+// (the fake engine's delay, from the start of the call), probed over real loopback
+// connections by cnibench's prober every 0.5 ms: the scenario reports 25 ms within 1 ms at
+// P50, in both directions. Every change is within its own stated resolution (half the gap
+// between the attempts around it) plus the way from an attempt's stamp to the listener's
+// accept: P99, here the worst of 20, is within the trial's widest resolution, which is a
+// quarter of a millisecond unless this VM held the prober up (a stall of a few milliseconds
+// happens now and then: the figure then says the change was measured more coarsely, rather
+// than a wrong time with a false precision).
+func TestChangePrecision(t *testing.T) {
+	shortChangeWaits(t)
+	old := changeInterval
+	changeInterval = 500 * time.Microsecond
+	t.Cleanup(func() { changeInterval = old })
+	const delay = 25 * time.Millisecond
+	s := newServingFake(t, delay)
+	f, err := change{}.Setup(context.Background(), s, changeCase("service", 1), Options{CPUs: [2]int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(context.Background())
+	m, err := f.Trial(context.Background(), 0)
+	if err != nil {
+		t.Fatalf("trial: %v\n%.3000s", err, m.Raw)
+	}
+	for _, k := range []string{"add_p50_ms", "remove_p50_ms", "add_all_p50_ms", "remove_all_p50_ms"} {
+		if v, ok := m.Metrics[k]; !ok || !near(v, ms(delay), 1) {
+			t.Errorf("%s = %v ms (present %v), want %v ms within 1 ms", k, v, ok, ms(delay))
+		}
+	}
+	widest := m.Metrics["probe_resolution_max_ms"]
+	for _, k := range []string{"add_p99_ms", "remove_p99_ms"} {
+		if v := m.Metrics[k]; !near(v, ms(delay), max(1, widest+0.3)) {
+			t.Errorf("%s = %v ms, want %v ms within max(1, the widest resolution %v + 0.3) ms", k, v, ms(delay), widest)
+		}
+	}
+	if r := m.Metrics["probe_resolution_ms"]; r <= 0 || r > 0.5 {
+		t.Errorf("mean resolution %v ms, want at most half the interval", r)
+	}
+	t.Logf("add P50 %.3f P99 %.3f, remove P50 %.3f P99 %.3f ms; resolution %.3f ms (widest %.3f), interval %.3f ms", m.Metrics["add_p50_ms"], m.Metrics["add_p99_ms"],
+		m.Metrics["remove_p50_ms"], m.Metrics["remove_p99_ms"], m.Metrics["probe_resolution_ms"], widest, m.Metrics["probe_interval_ms"])
+}

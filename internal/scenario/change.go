@@ -405,19 +405,24 @@ type changeTimes struct {
 	flaps                              int     // attempts that disobeyed between first and all
 }
 
+// firstObeying returns the index of the first attempt started at or after the call (from)
+// and of the first of those that obeys the change (-1: none).
+func (st changeStep) firstObeying(obeys func(bool, driver.ProbeAttempt) bool) (from, first int) {
+	as := st.Attempts
+	from = sort.Search(len(as), func(i int) bool { return !as[i].Start.Before(st.Call) })
+	for i := from; i < len(as); i++ {
+		if obeys(st.Do, as[i]) {
+			return from, i
+		}
+	}
+	return from, -1
+}
+
 // times computes a step's figures (see change).
 func (st changeStep) times(obeys func(bool, driver.ProbeAttempt) bool) (changeTimes, error) {
 	as := st.Attempts
 	ok := func(i int) bool { return obeys(st.Do, as[i]) }
-	// The attempts from the first that started at or after the call.
-	from := sort.Search(len(as), func(i int) bool { return !as[i].Start.Before(st.Call) })
-	first := -1
-	for i := from; i < len(as); i++ {
-		if ok(i) {
-			first = i
-			break
-		}
-	}
+	from, first := st.firstObeying(obeys)
 	if first < 0 {
 		return changeTimes{}, errors.New("no attempt obeyed the change")
 	}
@@ -522,15 +527,11 @@ func (f *changeFixture) recordStep(b *bytes.Buffer, st changeStep) {
 			keep[j] = true
 		}
 	}
-	from := sort.Search(len(as), func(i int) bool { return !as[i].Start.Before(st.Call) })
+	from, first := st.firstObeying(f.obeys)
 	mark(from)
-	seenOK := false
-	for i := from; i < len(as); i++ {
-		if o := f.obeys(st.Do, as[i]); o != seenOK || !o {
-			if o || seenOK {
-				mark(i)
-			}
-			seenOK = seenOK || o
+	for i := first; first >= 0 && i < len(as); i++ {
+		if i == first || !f.obeys(st.Do, as[i]) { // the first obeying one and the flaps after it
+			mark(i)
 		}
 	}
 	for i, a := range as {

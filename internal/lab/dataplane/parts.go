@@ -105,6 +105,19 @@ type Policy interface {
 	Apply(n Node, r Rendering) error
 }
 
+// PartialPolicy is implemented by the policy engines that can program a node with only what
+// changed since their last rendering for it (Calico's and Cilium's incremental updates; the
+// lab's sync mode "partial", as for proxies: see PartialProxy for how the lab keeps the state).
+type PartialPolicy interface {
+	Policy
+	// RenderPartial renders prog as a change from prev, the state the last applied rendering
+	// for this node returned (nil: none, or its Apply failed: a full rendering, which must
+	// replace whatever the node holds). The rendering is applied with Apply; next is kept for
+	// the next call. Counts are those of the whole program (as Render's), with Changed set to
+	// what the rendering touches.
+	RenderPartial(prev any, prog *policy.Program) (r Rendering, next any, cnt policy.Counts)
+}
+
 // Resting is implemented by the parts that poll a CPU whether traffic comes or not (OVS-DPDK's
 // PMD threads): Wake makes node n's poll as it is meant to, Rest lets it sleep while no trial
 // runs (cluster.Resting). A node is resting after SetupNode.

@@ -139,4 +139,7 @@ type Program struct {
 // Counts summarise a Program for the case record.
 type Counts struct {
 	Policies, PodChains, Sets, SetMembers, Rules int
+	// Changed is what a partial rendering's input touches (chains, sets, map or set elements,
+	// BPF map entries: each engine counts its own objects); 0 for a full rendering.
+	Changed int
 }

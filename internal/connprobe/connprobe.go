@@ -103,8 +103,9 @@ type Options struct {
 	// between two attempts with the same connection tuple: an attempt that was not answered
 	// leaves a connection-tracking entry in SYN_SENT on the nodes it crossed, which the
 	// kernel keeps for 120 s (nf_conntrack_tcp_timeout_syn_sent), and a later SYN with the
-	// same tuple follows that entry, NAT and all, instead of the rules of its time. The
-	// kernel's own choice walks its ephemeral range (28,232 ports by default) and comes back
+	// same tuple follows that entry, NAT and all, instead of the rules of its time. A run
+	// begins at the port of its start time's slot (firstSrcOffset), so runs that follow one
+	// another go on through the range instead of starting over. The kernel's own choice walks its ephemeral range (28,232 ports by default) and comes back
 	// to a port within 30 s at 1,000 attempts/s: after a Service was added, attempts whose
 	// tuple had been tried while it was missing still failed. 1024-65535 with two target
 	// ports give 129,024 tuples, 129 s at 1,000 attempts/s.
@@ -254,6 +255,7 @@ func Run(ctx context.Context, w io.Writer, o Options) (Summary, error) {
 	}
 	if o.SrcPortLo != 0 {
 		p.srcN = uint32(o.SrcPortHi) - uint32(o.SrcPortLo) + 1
+		p.srcNext.Store(firstSrcOffset(p.t0, o.Interval, p.srcN))
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	fmt.Fprintf(bw, "%s target %s interval_ns %d timeout_ns %d t0_ns %d\n", HeaderTag, TargetsString(o.Targets), o.Interval.Nanoseconds(), o.Timeout.Nanoseconds(), p.t0.UnixNano())
@@ -357,6 +359,16 @@ func (r *record) appendLine(b []byte) []byte {
 		b = append(b, r.answer[:r.n]...)
 	}
 	return append(b, '\n')
+}
+
+// firstSrcOffset is where in the source port range a run started at t0 begins: the slot of t0
+// on the wall clock (t0 / interval) modulo the range, so that a run continues where the one
+// before it left off (probers started one after another, as the change scenario starts one per
+// change, would otherwise all begin at the first port and reuse each other's tuples at once: a
+// run stopped while an attempt was half open leaves a tracked connection that the next run's
+// SYN with the same tuple follows, answered whatever the rules now say).
+func firstSrcOffset(t0 time.Time, interval time.Duration, n uint32) uint32 {
+	return uint32(uint64(t0.UnixNano()/max(interval.Nanoseconds(), 1)) % uint64(n))
 }
 
 // bindNext binds the socket to the next source port of the range that is free (see

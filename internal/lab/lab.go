@@ -46,8 +46,9 @@ type Config struct {
 	// Proxy and Policy override the preset's Service implementation and policy engine ("" =
 	// the preset's); see dataplane.Proxies and dataplane.PolicyEngines.
 	Proxy, Policy string
-	// Sync is how the proxy programs a change: "partial" (the default; only what changed,
-	// where the proxy can: dataplane.PartialProxy) or "full" (every Service again).
+	// Sync is how the proxy and the policy engine program a change: "partial" (the default;
+	// only what changed, where the engine can: dataplane.PartialProxy, PartialPolicy) or
+	// "full" (every Service, every policy again).
 	Sync string
 }
 
@@ -199,6 +200,7 @@ type Lab struct {
 	svcFree    []int        // offsets of deleted Services, reused oldest first once the range is used up
 	svcChains  []string     // chains of the last rendering
 	svcState   []any        // per node (by index), the partial proxy's state of its last applied rendering
+	polState   []any        // per node (by index), the partial policy engine's state of its last applied rendering
 	filtering  bool         // the nodes are ready for filtering (Attach.Filtered)
 	progMu     sync.Mutex
 	programmed map[string]float64 // what the last Service/policy programming installed
@@ -468,7 +470,7 @@ func (l *Lab) Facts() cluster.Facts {
 	details := map[string]any{
 		"attach": attach, "overlay": overlay, "proxy": proxy, "policy": policy,
 		"emulates": l.dp.Preset.Emulates, "underlay_mtu": l.cfg.MTU, "nodes": l.cfg.Nodes,
-		"proxy_sync": l.proxySync(), "cluster_cidr": l.cfg.ClusterCIDR, "underlay_cidr": l.cfg.UnderlayCIDR, "prefix": l.cfg.Prefix,
+		"proxy_sync": l.proxySync(), "policy_sync": l.policySync(), "cluster_cidr": l.cfg.ClusterCIDR, "underlay_cidr": l.cfg.UnderlayCIDR, "prefix": l.cfg.Prefix,
 		"cpu_accounting": "lab nodes share the host kernel: node CPU figures are host-wide /proc/stat",
 	}
 	for k, v := range l.dp.Overlay.Facts(l.dp.Preset) {

@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/lab/dataplane"
 	"github.com/cnibench/cnibench/internal/lab/policy"
 )
 
@@ -104,6 +105,13 @@ func (l *Lab) programPolicies() error {
 	}
 	var compileMS, renderMS float64
 	var total policy.Counts
+	partial, _ := l.dp.Policy.(dataplane.PartialPolicy)
+	if l.cfg.Sync == SyncFull {
+		partial = nil
+	}
+	if l.polState == nil {
+		l.polState = make([]any, len(l.nodes))
+	}
 	err := cluster.Parallel(context.Background(), len(l.nodes), len(l.nodes), func(i int) error {
 		n := l.nodes[i]
 		local := make([]policy.Pod, len(pods))
@@ -117,19 +125,29 @@ func (l *Lab) programPolicies() error {
 			return err
 		}
 		t1 := time.Now()
-		r, cnt := l.dp.Policy.Render(prog)
+		var r dataplane.Rendering
+		var cnt policy.Counts
+		var next any
+		if partial != nil {
+			r, next, cnt = partial.RenderPartial(l.polState[i], prog)
+		} else {
+			r, cnt = l.dp.Policy.Render(prog)
+		}
 		t2 := time.Now()
+		l.polState[i] = nil // until the rendering is applied, the node's state is unknown
 		err = l.dp.Policy.Apply(l.view(n), r)
 		l.addTimes(&compileMS, &renderMS, t1.Sub(t0), t2.Sub(t1))
 		if err != nil {
 			return fmt.Errorf("program policies in %s: %w", n.name, err)
 		}
+		l.polState[i] = next
 		l.progMu.Lock()
 		total.Policies += cnt.Policies
 		total.PodChains += cnt.PodChains
 		total.Sets += cnt.Sets
 		total.SetMembers += cnt.SetMembers
 		total.Rules += cnt.Rules
+		total.Changed += cnt.Changed
 		l.progMu.Unlock()
 		return nil
 	})
@@ -141,7 +159,8 @@ func (l *Lab) programPolicies() error {
 		// Summed over the nodes: each node holds the chains of its own pods.
 		"policy_chains_count": float64(total.Policies + total.PodChains), "policy_rules_count": float64(total.Rules),
 		"policy_sets_count": float64(total.Sets), "policy_set_members_count": float64(total.SetMembers),
-		"policy_compile_ms": compileMS, "policy_render_ms": renderMS,
+		"policy_changed_count": float64(total.Changed),
+		"policy_compile_ms":    compileMS, "policy_render_ms": renderMS,
 		"policy_program_ms": float64(time.Since(start).Microseconds()) / 1000,
 	})
 	return nil
@@ -164,4 +183,13 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// policySync is how the lab's policy engine programs changes (Facts): partial only where the
+// engine can.
+func (l *Lab) policySync() string {
+	if _, ok := l.dp.Policy.(dataplane.PartialPolicy); !ok && l.cfg.Sync == SyncPartial {
+		return SyncFull + " (the " + l.dp.Policy.Name() + " policy engine has no partial sync)"
+	}
+	return l.cfg.Sync
 }

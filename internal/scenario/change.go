@@ -11,6 +11,9 @@ import (
 	"strings"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/driver"
 	"github.com/cnibench/cnibench/internal/result"
@@ -61,6 +64,9 @@ type changeKind struct {
 	// servedAfterDo: the probe is answered once do took effect (a Service added), not after
 	// undo; false the other way round (a policy that denies).
 	servedAfterDo bool
+	// programMetric is the backend's metric (cl.Programmed) of the programming a change of
+	// this kind causes.
+	programMetric string
 	// setup makes the kind's standing objects (the changed one in its "done" state) once the
 	// client and the endpoint exist.
 	setup func(ctx context.Context, f *changeFixture) error
@@ -94,7 +100,7 @@ func ChangeKindSummary(name string) string { return changeKinds[name].summary }
 
 func (change) Info() Info {
 	return Info{
-		Summary: "time from one change (a Service added or removed) to the data plane obeying it, with many Services standing; P50/P99 over many changes (kube-proxy's partial sync, ClusterLoader2's network programming latency)",
+		Summary: "time from one change (a Service added or removed, a policy that denies added or removed) to the data plane obeying it, with many Services and policies standing; P50/P99 over many changes (kube-proxy's partial sync, ClusterLoader2's network programming latency, policy enforcement latency)",
 		Primary: func(c result.Case) string {
 			if k, ok := changeKinds[c.Change]; ok {
 				return k.do + "_p50_ms"
@@ -106,8 +112,8 @@ func (change) Info() Info {
 		Placements:        []string{"intra", "inter"},
 		Protocols:         []string{"tcp"},
 		DefaultProtocols:  []string{"tcp"},
-		Params:            []string{"services", "proxy", "change", "sync"},
-		DefaultInts:       map[string][]int{"services": {1}},
+		Params:            []string{"services", "policies", "proxy", "policy", "change", "sync"},
+		DefaultInts:       map[string][]int{"services": {1}, "policies": {0}},
 		DefaultStrs:       map[string][]string{"change": ChangeKinds(), "sync": {"partial"}},
 		Tool:              driver.ProbeTool,
 		Check: func(c result.Case) error {
@@ -116,6 +122,9 @@ func (change) Info() Info {
 			}
 			if c.Services < 1 {
 				return fmt.Errorf("services %d: the change scenario counts the changed Service, give 1 or more", c.Services)
+			}
+			if c.Policies < 0 {
+				return fmt.Errorf("policies %d: give 0 or more standing policies", c.Policies)
 			}
 			return nil
 		},
@@ -126,7 +135,7 @@ func (change) Info() Info {
 		TrialSeconds: func(c result.Case, durationS int) float64 {
 			// Each change waits for the probe to settle (about a second), and programming at
 			// scale takes its own time: the trial lasts at least minChanges pairs.
-			return max(float64(durationS), float64(2*minChanges)*(1.5+float64(c.Services)/5000))
+			return max(float64(durationS), float64(2*minChanges)*(1.5+float64(c.Services)/5000+float64(c.Policies)/5000))
 		},
 		// Its changes reprogram every node, and other fixtures' Services would stand in its
 		// measurements.
@@ -164,11 +173,13 @@ type changeFixture struct {
 	c        result.Case
 	kind     changeKind
 	endpoint cluster.Pod
-	pods     []string // the client, the endpoint and the extra Services' pods
+	pods     []string // the client, the endpoint, the extra Services' and the silent pods
 	extras   []string // the extra Services
+	policies []string // the standing policies and the changed one while it exists
+	polSpec  networkingv1.NetworkPolicy
 	svc      cluster.Service
 	svcSpec  cluster.ServiceSpec
-	exists   bool // the changed Service exists
+	exists   bool // the changed object (Service, policy) exists
 	target   string
 	self     string
 }
@@ -207,10 +218,15 @@ func (change) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt 
 	if err != nil {
 		return nil, err
 	}
+	silent, pols, polMS, err := standingPolicies(ctx, cl, c.Policies, objName(opt, "silent"))
+	f.pods, f.policies = append(f.pods, silent...), pols
+	if err != nil {
+		return nil, err
+	}
 	if err := kind.setup(ctx, f); err != nil {
 		return nil, err
 	}
-	f.setup = setupMetrics(ctx, cl, map[string]float64{"services_program_ms": extraMS})
+	f.setup = setupMetrics(ctx, cl, map[string]float64{"services_program_ms": extraMS, "policies_program_ms": polMS, "policies_total": float64(len(pols))})
 	return f, nil
 }
 
@@ -268,8 +284,9 @@ func (f *changeFixture) Trial(ctx context.Context, durationS int) (Measurement, 
 	return Measurement{Metrics: m, Raw: raw.Bytes(), Client: probeCmd}, nil
 }
 
-// done says whether the change is made now (the state after do).
-func (f *changeFixture) done() bool { return f.exists == f.kind.servedAfterDo }
+// done says whether the change is made now (the state after do: every kind's do makes the
+// changed object).
+func (f *changeFixture) done() bool { return f.exists }
 
 // obeys says whether an attempt shows the state after a step's change.
 func (f *changeFixture) obeys(do bool, a driver.ProbeAttempt) bool {
@@ -313,7 +330,7 @@ func (f *changeFixture) step(ctx context.Context, probeCmd []string, shift time.
 	if err != nil {
 		return st, fmt.Errorf("%s: %w", f.direction(do), err)
 	}
-	if pm, ok := f.cl.Programmed(ctx)["proxy_program_ms"]; ok {
+	if pm, ok := f.cl.Programmed(ctx)[f.kind.programMetric]; ok {
 		st.ProgramMS = pm
 	}
 	err = waitAttempts(ctx, p, shift, changeWait, func(as []driver.ProbeAttempt) bool {
@@ -547,6 +564,9 @@ func (f *changeFixture) Close(ctx context.Context) error {
 	if f.kind.close != nil {
 		errs = append(errs, f.kind.close(ctx, f))
 	}
+	if len(f.policies) > 0 {
+		errs = append(errs, f.cl.DeleteNetworkPolicies(ctx, f.policies))
+	}
 	if len(f.extras) > 0 {
 		errs = append(errs, f.cl.DeleteServices(ctx, f.extras))
 	}
@@ -563,7 +583,7 @@ func init() {
 	registerChange(changeKind{
 		name:    "service",
 		summary: "a ClusterIP Service is added (and removed again): until its address answers (and stops answering)",
-		do:      "add", undo: "remove", servedAfterDo: true,
+		do:      "add", undo: "remove", servedAfterDo: true, programMetric: "proxy_program_ms",
 		setup: func(ctx context.Context, f *changeFixture) error {
 			f.svcSpec = cluster.ServiceSpec{Name: objName(f.opt, "changed"), Selector: fixtureLabels(f.opt, "endpoint"),
 				Ports: []cluster.ServicePort{{Name: "answer", Port: changePort, TargetPort: answerPort, Protocol: "tcp"},
@@ -597,6 +617,42 @@ func init() {
 			}
 			f.exists = false
 			return cluster.DeleteService(ctx, f.cl, f.svcSpec.Name)
+		},
+	})
+}
+
+// The kind "policy": a NetworkPolicy that selects the endpoint and admits no ingress (the
+// usual "deny all" policy) is added (deny: until the endpoint stops answering the client) and
+// removed (allow: until it answers again). The standing policies (policies, over silent pods)
+// do not select the endpoint, so the changed one alone decides; every engine drops what it
+// denies, so a denied attempt times out (changeTimeout). The probe aims at the endpoint pod
+// itself; every attempt is a new connection whose first packet the engines judge afresh.
+func init() {
+	registerChange(changeKind{
+		name:    "policy",
+		summary: "a NetworkPolicy denying all ingress to the endpoint is added (and removed again): until the endpoint stops answering (and answers again)",
+		do:      "deny", undo: "allow", servedAfterDo: false, programMetric: "policy_program_ms",
+		setup: func(ctx context.Context, f *changeFixture) error {
+			f.polSpec = networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: objName(f.opt, "changed-deny")},
+				Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: fixtureLabels(f.opt, "endpoint")},
+					PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
+			f.target = f.endpoint.IP + ":" + strconv.Itoa(answerPort)
+			return f.kind.apply(ctx, f, true)
+		},
+		apply: func(ctx context.Context, f *changeFixture, do bool) error {
+			name := f.polSpec.Name
+			if do {
+				if err := f.cl.CreateNetworkPolicies(ctx, []networkingv1.NetworkPolicy{*f.polSpec.DeepCopy()}); err != nil {
+					return err
+				}
+				f.exists, f.policies = true, append(f.policies, name)
+				return nil
+			}
+			if err := f.cl.DeleteNetworkPolicies(ctx, []string{name}); err != nil {
+				return err
+			}
+			f.exists, f.policies = false, slices.DeleteFunc(f.policies, func(n string) bool { return n == name })
+			return nil
 		},
 	})
 }

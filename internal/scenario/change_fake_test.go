@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
+
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/cluster/clustertest"
 	"github.com/cnibench/cnibench/internal/connprobe"
@@ -33,8 +35,9 @@ type changeFake struct {
 
 	mu      sync.Mutex
 	changed string      // the changed Service's name
-	plane   []planeFlip // when the address is served, over time
-	probes  int
+	plane     []planeFlip // when the address is served, over time
+	probes    int
+	probeArgv []string // the last prober's command
 }
 
 // planeFlip: from at on, the address is served or not.
@@ -75,6 +78,40 @@ func (r *changeFake) CreateServices(ctx context.Context, specs []cluster.Service
 	return out, err
 }
 
+// CreateNetworkPolicies and DeleteNetworkPolicies follow the policy kind's changed policy as
+// CreateServices and DeleteServices follow the changed Service: it denies, so the endpoint is
+// served while it does not exist.
+func (r *changeFake) CreateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error {
+	t0 := time.Now()
+	err := r.Fake.CreateNetworkPolicies(ctx, pols)
+	if err == nil && len(pols) == 1 && strings.HasSuffix(pols[0].Name, "changed-deny") {
+		r.mu.Lock()
+		first := r.changed == ""
+		r.changed = pols[0].Name
+		if first {
+			r.plane = []planeFlip{{at: t0, served: false}}
+		}
+		r.mu.Unlock()
+		if !first {
+			r.flip(false, t0)
+		}
+		time.Sleep(r.call)
+	}
+	return err
+}
+
+func (r *changeFake) DeleteNetworkPolicies(ctx context.Context, names []string) error {
+	t0 := time.Now()
+	r.mu.Lock()
+	ours := slices.Contains(names, r.changed)
+	r.mu.Unlock()
+	if ours {
+		r.flip(true, t0)
+		time.Sleep(r.call)
+	}
+	return r.Fake.DeleteNetworkPolicies(ctx, names)
+}
+
 func (r *changeFake) DeleteServices(ctx context.Context, names []string) error {
 	t0 := time.Now()
 	r.mu.Lock()
@@ -112,6 +149,7 @@ func (r *changeFake) Start(ctx context.Context, pod string, argv []string, ready
 	}
 	r.mu.Lock()
 	r.probes++
+	r.probeArgv = argv
 	r.mu.Unlock()
 	return &madeUpProber{r: r, clockedProcess: clockedProcess{start: time.Now()}}, nil
 }
@@ -219,6 +257,71 @@ func TestChangeOnFake(t *testing.T) {
 	}
 	if n := len(r.Services()); n != 3 {
 		t.Errorf("%d Services after the trial, want 3: the trial ends as it began", n)
+	}
+	if err := f.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.AssertEmpty(t)
+}
+
+// The policy kind: with 5 policies standing over 3 silent pods, a policy denying all ingress
+// to the endpoint is added and removed minChanges times each; the prober aims at the endpoint
+// pod itself, and the figures are the data plane's schedule (40 ms) in both directions.
+// Set-up leaves the deny in place, so the trial allows first and ends as it began; Close
+// removes every policy and pod.
+func TestChangePolicyOnFake(t *testing.T) {
+	shortChangeWaits(t)
+	r := newChangeFake(40 * time.Millisecond)
+	r.call = 3 * time.Millisecond
+	c := changeCase("policy", 1)
+	c.Policies = 5
+	f, err := change{}.Setup(context.Background(), r, c, Options{CPUs: [2]int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols := func() (n int, deny bool) {
+		for _, p := range r.Policies() {
+			n++
+			if p.Name == "changed-deny" {
+				deny = len(p.Spec.Ingress) == 0 && p.Spec.PodSelector.MatchLabels["role"] == "endpoint" && len(p.Spec.PolicyTypes) == 1
+			}
+		}
+		return n, deny
+	}
+	if n, deny := pols(); n != 6 || !deny {
+		t.Errorf("%d policies after set-up (deny present and right: %v), want 5 standing and the deny", n, deny)
+	}
+	silent := 0
+	for _, p := range r.Pods() {
+		if p.Labels["role"] == "silent" {
+			silent++
+		}
+	}
+	if silent != 3 {
+		t.Errorf("%d silent pods, want 3 for 5 policies (two each)", silent)
+	}
+	m, err := f.Trial(context.Background(), 0)
+	if err != nil {
+		t.Fatalf("trial: %v\n%.2000s", err, m.Raw)
+	}
+	if want := r.endpointIP() + ":8080"; !slices.Contains(r.probeArgv, want) {
+		t.Errorf("prober %q does not aim at the endpoint %s", r.probeArgv, want)
+	}
+	for k, want := range map[string]float64{"deny_p50_ms": 40, "deny_p99_ms": 40, "allow_p50_ms": 40, "allow_all_p99_ms": 40,
+		"deny_control_p50_ms": 3, "changes_count": minChanges, "policies_total": 5} {
+		tol := 0.6
+		if strings.Contains(k, "control") {
+			tol = 2
+		}
+		if v, ok := m.Metrics[k]; !ok || !near(v, want, tol) {
+			t.Errorf("%s = %v (present %v), want %v ± %v", k, v, ok, want, tol)
+		}
+	}
+	if i, j := strings.Index(string(m.Raw), "# step allow"), strings.Index(string(m.Raw), "# step deny"); i < 0 || j < i {
+		t.Errorf("raw record does not start with an allow (set-up left the deny in place):\n%.600s", m.Raw)
+	}
+	if n, deny := pols(); n != 6 || !deny {
+		t.Errorf("%d policies after the trial (deny %v), want 6 with the deny: the trial ends as it began", n, deny)
 	}
 	if err := f.Close(context.Background()); err != nil {
 		t.Fatal(err)

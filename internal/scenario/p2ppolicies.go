@@ -69,6 +69,40 @@ func pairPolicies() []networkingv1.NetworkPolicy {
 	}
 }
 
+// silentPolicyPods are n silent pods numbered by silentLabel, for silentPolicies.
+func silentPolicyPods(n int, prefix string) []cluster.PodSpec {
+	specs := SilentPods(n, prefix, nil)
+	for i := range specs {
+		specs[i].Labels = map[string]string{"app": "cnibench", "role": "silent", silentLabel: strconv.Itoa(i)}
+	}
+	return specs
+}
+
+// standingPolicies makes n policies standing over (n+1)/2 silent pods (seed 001's load: two
+// per silent pod), the pods first; it returns what it made (also on error) and how long the
+// policies took to program.
+func standingPolicies(ctx context.Context, cl cluster.Cluster, n int, prefix string) (pods, pols []string, programMS float64, err error) {
+	if n <= 0 {
+		return nil, nil, 0, nil
+	}
+	made, err := cl.CreatePods(ctx, silentPolicyPods((n+1)/2, prefix))
+	for _, p := range made {
+		pods = append(pods, p.Name)
+	}
+	if err != nil {
+		return pods, nil, 0, fmt.Errorf("%d silent pods: %w", (n+1)/2, err)
+	}
+	all := silentPolicies(n)
+	start := time.Now()
+	if err := cl.CreateNetworkPolicies(ctx, all); err != nil {
+		return pods, nil, 0, fmt.Errorf("%d standing policies: %w", n, err)
+	}
+	for _, p := range all {
+		pols = append(pols, p.Name)
+	}
+	return pods, pols, float64(time.Since(start).Microseconds()) / 1000, nil
+}
+
 // silentPolicies are n policies over silent pods: ingress and egress for pod 0, then pod 1, ...
 func silentPolicies(n int) []networkingv1.NetworkPolicy {
 	pair := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
@@ -115,11 +149,7 @@ func (p2pPolicies) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 	}
 	pods = append(pods, outsider.Name)
 	if c.Pods > 0 {
-		specs := SilentPods(c.Pods, "silent", nil)
-		for i := range specs {
-			specs[i].Labels = map[string]string{"app": "cnibench", "role": "silent", silentLabel: strconv.Itoa(i)}
-		}
-		silent, err := cl.CreatePods(ctx, specs)
+		silent, err := cl.CreatePods(ctx, silentPolicyPods(c.Pods, "silent"))
 		if err != nil {
 			return nil, fmt.Errorf("%d silent pods: %w", c.Pods, err)
 		}

@@ -45,7 +45,8 @@ throughput, request/response latency and connection rate next to bare baselines.
 		return usagef("%v (see 'cnibench %s --help')", err, c.Name())
 	})
 	root.AddCommand(newRunCmd(), newListCmd(), newDoctorCmd(), newLabCmd(), newImageCmd(), newKubeCmd(), newReportCmd(), newExportCmd(), newPktCmd(), newVersionCmd())
-	root.AddCommand(newProbeCmd()) // hidden: the connection prober of the change-propagation scenario
+	root.AddCommand(newProbeCmd())  // hidden: the connection prober of the change-propagation scenario
+	root.AddCommand(newAnswerCmd()) // hidden: its other end in a cluster's endpoint pod
 	return root
 }
 

@@ -27,6 +27,9 @@ func TestProbeUsageErrors(t *testing.T) {
 		{[]string{"probe", "--target", "10.0.0.1:80", "--duration", "-1s"}, "--duration"},
 		{[]string{"probe", "--target", "10.0.0.1:80", "--max-inflight", "0"}, "--max-inflight"},
 		{[]string{"probe", "--target", "10.0.0.1:80", "extra"}, "takes no arguments"},
+		{[]string{"answer"}, "--port 0"},
+		{[]string{"answer", "--port", "70000"}, "--port 70000"},
+		{[]string{"answer", "--port", "80", "extra"}, "takes no arguments"},
 	} {
 		code, stderr := captureStderr(t, func() int { return execute(c.args) })
 		if code != 2 || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
@@ -70,7 +73,9 @@ func TestProbeHidden(t *testing.T) {
 	if err := root.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(out.String(), "probe") {
-		t.Errorf("cnibench --help lists probe:\n%s", out.String())
+	for _, hidden := range []string{"probe", "answer"} {
+		if strings.Contains(out.String(), hidden) {
+			t.Errorf("cnibench --help lists %s:\n%s", hidden, out.String())
+		}
 	}
 }

@@ -140,6 +140,10 @@ type ServiceSpec struct {
 	// the node it arrived at, keeping the client's address (a node without one drops it);
 	// false is Cluster: any endpoint, the client's address masqueraded.
 	ExternalLocal bool
+	// NoWait returns from CreateServices once the control plane accepted the Service, without
+	// waiting for its endpoints and proxy (the change scenario times those with its own
+	// probe). A backend whose call programs the data plane itself (the lab) ignores it.
+	NoWait bool
 }
 
 // Service is a created Service.

@@ -428,4 +428,3 @@ func TestTargetsAndSourcePorts(t *testing.T) {
 		t.Errorf("attempts per target %v, want 3 and 2 in turn", byTarget)
 	}
 }
-

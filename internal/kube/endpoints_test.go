@@ -13,20 +13,18 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/image"
 )
 
-// An answering pod runs busybox nc as its container's command, answering with the pod's
-// address from the downward API, its port declared once and probed for readiness.
+// An answering pod runs the tools image's `cnibench answer` as its container's command, its
+// port declared once and probed for readiness.
 func TestAnswerPod(t *testing.T) {
 	c := newCluster(t, twoNodes(), Config{})
 	p := c.podObject(cluster.PodSpec{Name: "ep1", Node: "worker-a", AnswerPort: 8080, Ports: []cluster.ContainerPort{{Name: "answer", Port: 8080, Protocol: "tcp"}}})
 	ct := p.Spec.Containers[0]
-	want := []string{"/bin/busybox", "sh", "-c", answerScript, "answer", "8080"}
+	want := []string{image.SelfPath, "answer", "--port", "8080"}
 	if !slices.Equal(ct.Command, want) {
 		t.Errorf("command %q, want %q", ct.Command, want)
-	}
-	if len(ct.Env) != 1 || ct.Env[0].Name != "POD_IP" || ct.Env[0].ValueFrom.FieldRef.FieldPath != "status.podIP" {
-		t.Errorf("env %+v", ct.Env)
 	}
 	if len(ct.Ports) != 1 || ct.ReadinessProbe == nil || ct.ReadinessProbe.TCPSocket.Port.IntValue() != 8080 || ct.ReadinessProbe.PeriodSeconds != 1 {
 		t.Errorf("ports %+v, readiness %+v", ct.Ports, ct.ReadinessProbe)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/image"
 )
 
 // fatalWaiting are container waiting reasons that will not resolve by themselves soon:
@@ -114,17 +115,13 @@ func cpuResources(req cluster.CPU) corev1.ResourceRequirements {
 	return r
 }
 
-// answerScript answers every TCP connection on port $1 with the pod's address (from the
-// downward API) and closes it: busybox nc forks `echo` for each connection. A constant: the
-// port arrives as a positional parameter.
-const answerScript = `exec /bin/busybox nc -ll -p "$1" -e /bin/busybox echo "$POD_IP"`
-
-// answering makes the container answer on port (cluster.PodSpec.AnswerPort): nc as its
-// command, the pod's address in its environment, the port declared and probed for readiness,
-// so that the pod is Ready, and an endpoint, only once it answers.
+// answering makes the container answer on port (cluster.PodSpec.AnswerPort): `cnibench answer`
+// from the tools image as its command (every connection answered with the address it was
+// reached at, in a goroutine of its own: the change scenario's prober opens a thousand a
+// second, which busybox nc, forking for each, could not answer), the port declared and probed
+// for readiness, so that the pod is Ready, and an endpoint, only once it answers.
 func answering(ct *corev1.Container, port int) {
-	ct.Command = []string{busybox, "sh", "-c", answerScript, "answer", strconv.Itoa(port)}
-	ct.Env = append(ct.Env, corev1.EnvVar{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+	ct.Command = []string{image.SelfPath, "answer", "--port", strconv.Itoa(port)}
 	if !slices.ContainsFunc(ct.Ports, func(p corev1.ContainerPort) bool {
 		return int(p.ContainerPort) == port && p.Protocol != corev1.ProtocolUDP
 	}) {

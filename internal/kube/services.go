@@ -81,7 +81,8 @@ func nodePortTaken(err error) bool {
 // times out and the probe could never succeed. Nothing is lost against seed 001: its silent
 // pods did not answer either, they only load the data plane. For those Services the call
 // returns once the EndpointSlices are complete, and kube-proxy programs them on its own
-// schedule. On an error the Services created by this call are deleted again.
+// schedule. On an error the Services created by this call are deleted again. A batch whose
+// specs all say NoWait returns once the API server accepted them (no endpoints listed).
 func (c *Cluster) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) ([]cluster.Service, error) {
 	c.mu.Lock()
 	closed := c.closed
@@ -129,13 +130,14 @@ func (c *Cluster) CreateServices(ctx context.Context, specs []cluster.ServiceSpe
 		}
 		return nil
 	})
-	var eps [][]string
-	if err == nil {
+	eps := make([][]string, len(specs))
+	wait := slices.ContainsFunc(specs, func(s cluster.ServiceSpec) bool { return !s.NoWait })
+	if err == nil && wait {
 		eps, err = c.awaitEndpoints(ctx, specs, want)
 	}
 	if err == nil {
 		err = cluster.Parallel(ctx, len(specs), createWorkers, func(i int) error {
-			if !probe[i] {
+			if !probe[i] || specs[i].NoWait {
 				return nil
 			}
 			if err := c.awaitProxy(ctx, ips[i], specs[i].Ports); err != nil {

@@ -219,6 +219,34 @@ func TestCreateServices(t *testing.T) {
 	}
 }
 
+// NoWait: the call returns once the API server accepted the Service, before its
+// EndpointSlices exist (the slice controller here takes 2 s), listing no endpoints; no
+// EndpointSlice is listed for it.
+func TestCreateServicesNoWait(t *testing.T) {
+	ctx := context.Background()
+	c, cs, _ := serviceRun(t, 2*time.Second, "")
+	start := time.Now()
+	s, err := cluster.CreateService(ctx, c, cluster.ServiceSpec{Name: "quick", Selector: map[string]string{"app": "web"},
+		Ports: []cluster.ServicePort{{Port: 80, TargetPort: 8080, Protocol: "tcp"}}, NoWait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("returned after %s: it waited for the endpoints", d)
+	}
+	if s.ClusterIP == "" || len(s.Endpoints) != 0 {
+		t.Errorf("service %+v: want a ClusterIP and no endpoints listed", s)
+	}
+	for _, a := range cs.Actions() {
+		if a.GetResource().Resource == "endpointslices" && a.GetVerb() == "list" {
+			t.Error("endpointslices listed for a NoWait Service")
+		}
+	}
+	if err := cluster.DeleteService(ctx, c, "quick"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A failed create, endpoints that never come, or a cancelled context: an error naming the
 // cause, and the Services already created are gone.
 func TestCreateServicesFailureCleansUp(t *testing.T) {

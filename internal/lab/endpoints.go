@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/connprobe"
 )
 
 // The lab is its own endpoint controller, as Kubernetes' EndpointSlice controller and a node's
@@ -170,17 +171,7 @@ func answerIn(ns string, port int) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("answer port %d: %w", port, err)
 	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-			_, _ = c.Write([]byte(c.LocalAddr().(*net.TCPAddr).IP.String() + "\n"))
-			_ = c.Close()
-		}
-	}()
+	go func() { _ = connprobe.Answer(ln) }()
 	return ln, nil
 }
 

@@ -599,7 +599,9 @@ func init() {
 		},
 		apply: func(ctx context.Context, f *changeFixture, do bool) error {
 			if do {
-				if _, err := cluster.CreateService(ctx, f.cl, f.svcSpec); err != nil {
+				spec := f.svcSpec
+				spec.NoWait = true // the probe times it (on a cluster the call returns when the API accepted)
+				if _, err := cluster.CreateService(ctx, f.cl, spec); err != nil {
 					return err
 				}
 				f.exists = true

@@ -33,8 +33,8 @@ type changeFake struct {
 	delay, call, interval, skew time.Duration
 	flap, never                 bool
 
-	mu      sync.Mutex
-	changed string      // the changed Service's name
+	mu        sync.Mutex
+	changed   string      // the changed Service's name
 	plane     []planeFlip // when the address is served, over time
 	probes    int
 	probeArgv []string // the last prober's command

@@ -57,6 +57,19 @@ func perfUnit(metric string) (unit string, scale float64) {
 	return "count", 1 // retransmits, policies_total: plain counts
 }
 
+// perfdashNames are ClusterLoader2's measurement names for cnibench's metric groups that
+// measure the same thing, by scenario and group ("change", "add_ms" -> "NetworkProgrammingLatency"):
+// a scenario registers its own (RegisterPerfdashName), and the export labels those items
+// measurement=<name>, so a perfdash configured for ClusterLoader2's measurements finds them.
+var perfdashNames = map[[2]string]string{}
+
+// RegisterPerfdashName names a scenario's metric group (a distribution's base and unit, as
+// the export groups it: "add_ms" for add_p50_ms, add_p99_ms, ...) after the ClusterLoader2
+// measurement that measures the same thing. Call it from an init function.
+func RegisterPerfdashName(scenario, group, measurement string) {
+	perfdashNames[[2]string{scenario, group}] = measurement
+}
+
 // statMetric matches a metric that is one statistic of a distribution measured within each
 // trial ("latency_p99_us": the trial's 99th percentile): such metrics of one base and unit
 // become one data item with perfdash's buckets, as clusterloader2's latency items have.
@@ -79,6 +92,8 @@ var statBucket = map[string]string{
 // Labels carry the case labels (case, scenario, backend, dataplane, attach, overlay, proxy,
 // policy, placement, protocol, tool, services, policies, pods, replicas) plus cilium's "node"
 // (same-node, other-node) and "test_type" (the tool). The dataset's labels name the run.
+// Items of a group a scenario named after a ClusterLoader2 measurement (RegisterPerfdashName)
+// also carry measurement=<its name> (NetworkProgrammingLatency, NetworkPolicyEnforcementLatency).
 // Skipped and failed cases have no figures and no items.
 func WritePerfdash(w io.Writer, r Run) error {
 	if err := r.needSummary(FormatPerfdash); err != nil {
@@ -144,7 +159,11 @@ func perfItems(res CaseResult) []DataItem {
 			if !ok {
 				i = len(items)
 				groups[group] = i
-				items = append(items, DataItem{Data: map[string]float64{}, Unit: unit, Labels: withMetric(group)})
+				l := withMetric(group)
+				if cl2, ok := perfdashNames[[2]string{res.Case.Scenario, group}]; ok {
+					l["measurement"] = cl2
+				}
+				items = append(items, DataItem{Data: map[string]float64{}, Unit: unit, Labels: l})
 			}
 			items[i].Data[statBucket[sm[2]]] = m.TrimmedMean / scale
 			continue

@@ -142,3 +142,37 @@ func TestExportPerfdash(t *testing.T) {
 		t.Errorf("latency item %+v, want data %v in us on the same node", lat, want)
 	}
 }
+
+// A metric group a scenario named after a ClusterLoader2 measurement carries its name as
+// label measurement; the other groups and other scenarios' groups of the same name do not.
+func TestExportPerfdashCL2Names(t *testing.T) {
+	result.RegisterPerfdashName("cl2-test", "add_ms", "NetworkProgrammingLatency")
+	ms := func(v float64) result.MetricSummary { return result.MetricSummary{N: 1, Mean: v, TrimmedMean: v, Median: v, Min: v, Max: v} }
+	res := func(scenario string) result.CaseResult {
+		return result.CaseResult{Case: result.Case{ID: scenario + "/x", Scenario: scenario, Placement: "inter"}, Status: "ok",
+			Metrics: map[string]result.MetricSummary{"add_p50_ms": ms(30), "add_p99_ms": ms(80), "remove_p50_ms": ms(20)}}
+	}
+	r := result.Run{HasSummary: true, Summary: result.Summary{Run: "r", Results: []result.CaseResult{res("cl2-test"), res("other")}}}
+	var b bytes.Buffer
+	if err := result.WritePerfdash(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	pd := decodePerfdash(t, b.Bytes())
+	found := 0
+	for _, it := range pd.DataItems {
+		named := it.Labels["measurement"] == "NetworkProgrammingLatency"
+		want := it.Labels["scenario"] == "cl2-test" && it.Labels["metric"] == "add_ms"
+		if named != want {
+			t.Errorf("item %v: measurement label %v, want %v", it.Labels, named, want)
+		}
+		if want {
+			found++
+			if it.Data["Perc50"] != 30 || it.Data["Perc99"] != 80 || it.Unit != "ms" {
+				t.Errorf("item %+v: want Perc50 30, Perc99 80 ms", it)
+			}
+		}
+	}
+	if found != 1 {
+		t.Errorf("%d NetworkProgrammingLatency items, want 1", found)
+	}
+}

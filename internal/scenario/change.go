@@ -67,6 +67,9 @@ type changeKind struct {
 	// programMetric is the backend's metric (cl.Programmed) of the programming a change of
 	// this kind causes.
 	programMetric string
+	// cl2 is the ClusterLoader2 measurement that times the same changes (the perfdash
+	// export's name for both directions' figures).
+	cl2 string
 	// setup makes the kind's standing objects (the changed one in its "done" state) once the
 	// client and the endpoint exist.
 	setup func(ctx context.Context, f *changeFixture) error
@@ -83,6 +86,11 @@ func registerChange(k changeKind) {
 		panic("change kind " + k.name + " registered twice")
 	}
 	changeKinds[k.name] = k
+	if k.cl2 != "" {
+		for _, dir := range []string{k.do, k.undo} {
+			result.RegisterPerfdashName("change", dir+"_ms", k.cl2)
+		}
+	}
 }
 
 // ChangeKinds lists the kinds of change the change scenario times, sorted.
@@ -584,6 +592,7 @@ func init() {
 		name:    "service",
 		summary: "a ClusterIP Service is added (and removed again): until its address answers (and stops answering)",
 		do:      "add", undo: "remove", servedAfterDo: true, programMetric: "proxy_program_ms",
+		cl2: "NetworkProgrammingLatency", // kube-proxy's programming of a Service change
 		setup: func(ctx context.Context, f *changeFixture) error {
 			f.svcSpec = cluster.ServiceSpec{Name: objName(f.opt, "changed"), Selector: fixtureLabels(f.opt, "endpoint"),
 				Ports: []cluster.ServicePort{{Name: "answer", Port: changePort, TargetPort: answerPort, Protocol: "tcp"},
@@ -634,6 +643,7 @@ func init() {
 		name:    "policy",
 		summary: "a NetworkPolicy denying all ingress to the endpoint is added (and removed again): until the endpoint stops answering (and answers again)",
 		do:      "deny", undo: "allow", servedAfterDo: false, programMetric: "policy_program_ms",
+		cl2: "NetworkPolicyEnforcementLatency",
 		setup: func(ctx context.Context, f *changeFixture) error {
 			f.polSpec = networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: objName(f.opt, "changed-deny")},
 				Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: fixtureLabels(f.opt, "endpoint")},

@@ -2,8 +2,10 @@ package scenario
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -517,4 +519,30 @@ func TestChangePrecision(t *testing.T) {
 	}
 	t.Logf("add P50 %.3f P99 %.3f, remove P50 %.3f P99 %.3f ms; resolution %.3f ms (widest %.3f), interval %.3f ms", m.Metrics["add_p50_ms"], m.Metrics["add_p99_ms"],
 		m.Metrics["remove_p50_ms"], m.Metrics["remove_p99_ms"], m.Metrics["probe_resolution_ms"], widest, m.Metrics["probe_interval_ms"])
+}
+
+// The kinds' figures carry ClusterLoader2's measurement names in the perfdash export.
+func TestChangePerfdashNames(t *testing.T) {
+	want := map[string]string{"add_ms": "NetworkProgrammingLatency", "remove_ms": "NetworkProgrammingLatency",
+		"deny_ms": "NetworkPolicyEnforcementLatency", "allow_ms": "NetworkPolicyEnforcementLatency"}
+	metrics := map[string]result.MetricSummary{}
+	for g := range want {
+		metrics[strings.TrimSuffix(g, "_ms")+"_p50_ms"] = result.MetricSummary{N: 1, Mean: 1, TrimmedMean: 1, Median: 1, Min: 1, Max: 1}
+	}
+	r := result.Run{HasSummary: true, Summary: result.Summary{Run: "r", Results: []result.CaseResult{{Case: changeCase("policy", 1), Status: "ok", Metrics: metrics}}}}
+	var b strings.Builder
+	if err := result.WritePerfdash(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	var pd result.PerfData
+	if err := json.Unmarshal([]byte(b.String()), &pd); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, it := range pd.DataItems {
+		got[it.Labels["metric"]] = it.Labels["measurement"]
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("measurement names %v, want %v", got, want)
+	}
 }

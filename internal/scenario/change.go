@@ -39,7 +39,10 @@ import (
 //     recorded (probe_resolution_ms its mean, probe_resolution_max_ms the widest: a machine
 //     that stalls the prober for milliseconds widens a change's gap, and the trial says so);
 //   - all: the same until every attempt from then on obeys (a data plane that obeys on
-//     and off in between, flaps_count, has a later "all");
+//     and off in between, flaps_count, has a later "all"). "From then on" ends with the
+//     settleAttempts in a row that settled the change: attempts that disobey after them,
+//     until the prober stops, are relapses (relapses_count; a real cluster's kube-proxy
+//     resyncing 1,000 Services a second after the change dropped a run of connections);
 //   - control: how long the call took. On the lab it returns once every node's data plane
 //     holds the change (the lab's control plane is the call), so control is programming and
 //     data (the reaction less control) may be negative: the kernel uses a ruleset as soon as
@@ -221,17 +224,19 @@ func (change) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt 
 			err = errors.Join(err, f.Close(context.WithoutCancel(ctx)))
 		}
 	}()
-	extraPods, extras, extraMS, err := extraServices(ctx, cl, c.Services-1)
-	f.pods, f.extras = append(f.pods, extraPods...), extras
-	if err != nil {
-		return nil, err
-	}
+	// Policies first: a backend that enforces none skips the case before thousands of
+	// Services are made for nothing.
 	silent, pols, polMS, err := standingPolicies(ctx, cl, c.Policies, objName(opt, "silent"))
 	f.pods, f.policies = append(f.pods, silent...), pols
 	if err != nil {
 		return nil, err
 	}
 	if err := kind.setup(ctx, f); err != nil {
+		return nil, err
+	}
+	extraPods, extras, extraMS, err := extraServices(ctx, cl, c.Services-1)
+	f.pods, f.extras = append(f.pods, extraPods...), extras
+	if err != nil {
 		return nil, err
 	}
 	f.setup = setupMetrics(ctx, cl, map[string]float64{"services_program_ms": extraMS, "policies_program_ms": polMS, "policies_total": float64(len(pols))})
@@ -249,6 +254,10 @@ type changeStep struct {
 	Call, Ret time.Time // this host's clock before the call and after it returned
 	ProgramMS float64   // the backend's programming time of the change (-1: none reported)
 	Attempts  []driver.ProbeAttempt
+	// Settled is the sequence number of the last attempt of the settleAttempts in a row that
+	// settled the change (-1: it never did); the attempts after it, until the prober stopped,
+	// are past the change's window: those that disobey are relapses.
+	Settled int64
 }
 
 // Trial makes and takes back the change for durationS seconds, at least minChanges times
@@ -305,7 +314,7 @@ func (f *changeFixture) obeys(do bool, a driver.ProbeAttempt) bool {
 // warmAttempts attempts show the old state, makes the change, and waits until
 // settleAttempts attempts in a row, started after the call returned, show the new one.
 func (f *changeFixture) step(ctx context.Context, probeCmd []string, shift time.Duration, do bool) (st changeStep, err error) {
-	st = changeStep{Do: do, ProgramMS: -1}
+	st = changeStep{Do: do, ProgramMS: -1, Settled: -1}
 	p, err := f.cl.Start(ctx, f.client.Name, probeCmd, cluster.Ready{})
 	if err != nil {
 		return st, fmt.Errorf("start the prober: %w", err)
@@ -342,7 +351,11 @@ func (f *changeFixture) step(ctx context.Context, probeCmd []string, shift time.
 		st.ProgramMS = pm
 	}
 	err = waitAttempts(ctx, p, shift, changeWait, func(as []driver.ProbeAttempt) bool {
-		return settled(as, st.Ret, func(a driver.ProbeAttempt) bool { return f.obeys(do, a) })
+		if settled(as, st.Ret, func(a driver.ProbeAttempt) bool { return f.obeys(do, a) }) {
+			st.Settled = as[len(as)-1].Seq
+			return true
+		}
+		return false
 	})
 	if err != nil {
 		return st, fmt.Errorf("%s: the probe of %s never settled on the new state: %w", f.direction(do), f.target, err)
@@ -428,12 +441,14 @@ type changeTimes struct {
 	first, all, control, data, program float64
 	resolution                         float64 // half the gap the first figure falls in
 	flaps                              int     // attempts that disobeyed between first and all
+	relapses                           int     // attempts that disobeyed after the change settled
 }
 
 // firstObeying returns the index of the first attempt started at or after the call (from)
-// and of the first of those that obeys the change (-1: none).
+// and of the first of those that obeys the change (-1: none), among the attempts of the
+// change's window.
 func (st changeStep) firstObeying(obeys func(bool, driver.ProbeAttempt) bool) (from, first int) {
-	as := st.Attempts
+	as, _ := st.window()
 	from = sort.Search(len(as), func(i int) bool { return !as[i].Start.Before(st.Call) })
 	for i := from; i < len(as); i++ {
 		if obeys(st.Do, as[i]) {
@@ -445,7 +460,7 @@ func (st changeStep) firstObeying(obeys func(bool, driver.ProbeAttempt) bool) (f
 
 // times computes a step's figures (see change).
 func (st changeStep) times(obeys func(bool, driver.ProbeAttempt) bool) (changeTimes, error) {
-	as := st.Attempts
+	as, after := st.window()
 	ok := func(i int) bool { return obeys(st.Do, as[i]) }
 	from, first := st.firstObeying(obeys)
 	if first < 0 {
@@ -479,7 +494,22 @@ func (st changeStep) times(obeys func(bool, driver.ProbeAttempt) bool) (changeTi
 			t.flaps++
 		}
 	}
+	for _, a := range after {
+		if !obeys(st.Do, a) {
+			t.relapses++
+		}
+	}
 	return t, nil
+}
+
+// window splits a step's attempts into those up to the one that settled the change (all of
+// them when none did) and those after it.
+func (st changeStep) window() (in, after []driver.ProbeAttempt) {
+	if st.Settled < 0 {
+		return st.Attempts, nil
+	}
+	n := sort.Search(len(st.Attempts), func(i int) bool { return st.Attempts[i].Seq > st.Settled })
+	return st.Attempts[:n], st.Attempts[n:]
 }
 
 // changeMetrics are a trial's figures per direction (see change): P50, P99 (nearest rank),
@@ -511,13 +541,14 @@ func changeMetrics(k changeKind, steps []changeStep, obeys func(bool, driver.Pro
 			dir = k.do
 		}
 		var first, all, control, data, program []float64
-		flaps := 0
+		flaps, relapses := 0, 0
 		for _, t := range by[do] {
 			first, all, control, data = append(first, t.first), append(all, t.all), append(control, t.control), append(data, t.data)
 			if t.program >= 0 {
 				program = append(program, t.program)
 			}
 			flaps += t.flaps
+			relapses += t.relapses
 		}
 		m[dir+"_p50_ms"] = nearestRank(first, 50)
 		m[dir+"_p99_ms"] = nearestRank(first, 99)
@@ -531,6 +562,7 @@ func changeMetrics(k changeKind, steps []changeStep, obeys func(bool, driver.Pro
 			m[dir+"_program_p50_ms"] = nearestRank(program, 50)
 		}
 		m[dir+"_flaps_count"] = float64(flaps)
+		m[dir+"_relapses_count"] = float64(relapses)
 	}
 	if len(gaps) > 0 {
 		m["probe_interval_ms"] = nearestRank(gaps, 50)

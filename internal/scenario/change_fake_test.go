@@ -546,3 +546,32 @@ func TestChangePerfdashNames(t *testing.T) {
 		t.Errorf("measurement names %v, want %v", got, want)
 	}
 }
+
+// A step's figures end with the attempts that settled it: an attempt that disobeys after them
+// is a relapse, not a flap, and does not move "all"; without a settling point every attempt
+// counts, and a last attempt that disobeys is an error.
+func TestChangeStepWindow(t *testing.T) {
+	call := time.Unix(1000, 0)
+	var as []driver.ProbeAttempt
+	for i := range 300 {
+		start := call.Add(time.Duration(i-10) * time.Millisecond)
+		a := driver.ProbeAttempt{Seq: int64(i), Start: start, End: start.Add(time.Millisecond), Result: driver.ProbeOK, Answer: "10.0.0.9"}
+		if i < 20 || i == 30 || i >= 290 { // not served before the change, once after, and at the end
+			a.Result, a.Answer = "timeout", ""
+		}
+		as = append(as, a)
+	}
+	served := func(do bool, a driver.ProbeAttempt) bool { return (a.Result == driver.ProbeOK) == do }
+	st := changeStep{Do: true, Call: call, Ret: call.Add(time.Millisecond), ProgramMS: -1, Attempts: as, Settled: 150}
+	tm, err := st.times(served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !near(tm.first, 9.5, 0.01) || !near(tm.all, 20.5, 0.01) || tm.flaps != 1 || tm.relapses != 10 {
+		t.Errorf("first %v, all %v, flaps %d, relapses %d; want 9.5, 20.5, 1, 10", tm.first, tm.all, tm.flaps, tm.relapses)
+	}
+	st.Settled = -1
+	if _, err := st.times(served); err == nil || !strings.Contains(err.Error(), "last attempt") {
+		t.Errorf("without a settling point: %v, want the last attempt's error", err)
+	}
+}

@@ -35,31 +35,86 @@ func (ebpfPolicy) Combines(p Parts) error {
 	return nil
 }
 
+var _ PartialPolicy = ebpfPolicy{}
+
 // Render renders the Program for the engine's maps (policy.RenderBPF), as JSON.
 func (ebpfPolicy) Render(prog *policy.Program) (Rendering, policy.Counts) {
 	b, cnt := policy.RenderBPF(prog)
-	data, err := json.Marshal(b)
+	return Rendering{marshalBPF(b)}, cnt
+}
+
+// RenderPartial renders the Program as Render does, then as a change from prev, the node's
+// policy as the last applied rendering left it (the *policy.BPFPolicy it returned): the
+// rendering is renumbered to keep prev's endpoint IDs and identities (policy.RenumberLike:
+// RenderBPF numbers them by their order, so that isolating one pod would otherwise renumber
+// every later one), and the change is the map entries that differ and the keys gone
+// (policy.DiffBPF), as JSON {"Partial": change}, so that Apply writes only them. next is the
+// whole renumbered policy, which decides every flow as RenderBPF's does and is what the node
+// holds once the change is applied. Without prev the rendering is Render's (RenderBPF's
+// numbering, replacing whatever the node holds) and next is its policy. Changed counts the
+// entries the change writes or deletes; the other Counts are RenderBPF's.
+func (ebpfPolicy) RenderPartial(prev any, prog *policy.Program) (Rendering, any, policy.Counts) {
+	return renderBPFPartial(prev, prog)
+}
+
+func renderBPFPartial(prev any, prog *policy.Program) (Rendering, any, policy.Counts) {
+	b, cnt := policy.RenderBPF(prog)
+	if p, ok := prev.(*policy.BPFPolicy); ok && p != nil {
+		b = policy.RenumberLike(p, b)
+		c := policy.DiffBPF(p, b)
+		cnt.Changed = c.Size()
+		return Rendering{marshalBPF(struct{ Partial *policy.BPFChange }{&c})}, b, cnt
+	}
+	return Rendering{marshalBPF(b)}, b, cnt
+}
+
+// bpfInput is what the eBPF engines' Apply reads: Render's policy (Partial nil), or
+// RenderPartial's change alone ({"Partial": ...}).
+type bpfInput struct {
+	policy.BPFPolicy
+	Partial *policy.BPFChange `json:",omitempty"`
+}
+
+func marshalBPF(v any) []byte {
+	data, err := json.Marshal(v)
 	if err != nil {
 		panic(fmt.Sprintf("policy ebpf: marshal a rendering: %v", err)) // plain structs always marshal
 	}
-	return Rendering{data}, cnt
+	return data
+}
+
+// decodeBPF reads a rendering of an eBPF engine (engine names it in errors).
+func decodeBPF(engine string, r Rendering) (bpfInput, error) {
+	var in bpfInput
+	if len(r) != 1 {
+		return in, fmt.Errorf("policy %s: a rendering has one part, got %d", engine, len(r))
+	}
+	if err := json.Unmarshal(r[0], &in); err != nil {
+		return in, fmt.Errorf("policy %s: %w", engine, err)
+	}
+	return in, nil
 }
 
 // Apply attaches the node's policy program wherever it is not attached yet and makes its maps
-// hold the rendering.
+// hold the rendering: Render's replaces the policy (SetPolicy), RenderPartial's change writes
+// only what it names (ChangePolicy). A change needs the policy it was rendered from: on a node
+// without one it is an error (the lab renders a full one next).
 func (ebpfPolicy) Apply(n Node, r Rendering) error {
-	if len(r) != 1 {
-		return fmt.Errorf("policy ebpf: a rendering has one part, got %d", len(r))
-	}
-	var b policy.BPFPolicy
-	if err := json.Unmarshal(r[0], &b); err != nil {
-		return fmt.Errorf("policy ebpf: %w", err)
+	in, err := decodeBPF("ebpf", r)
+	if err != nil {
+		return err
 	}
 	bn := bpfNode(n)
+	if in.Partial != nil && !bn.HasPolicy() {
+		return fmt.Errorf("policy ebpf: a change of the policy of node %s, which has none", n.Name)
+	}
 	if err := bn.AttachPolicy(); err != nil {
 		return err
 	}
-	return bn.SetPolicy(&b)
+	if in.Partial != nil {
+		return bn.ChangePolicy(*in.Partial)
+	}
+	return bn.SetPolicy(&in.BPFPolicy)
 }
 
 // Counters are the node's policy counters: policy_admitted, policy_denied (first packets),

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/cnibench/cnibench/internal/lab/bpfdp"
@@ -30,20 +29,32 @@ func (polycubePolicy) Combines(p Parts) error {
 	return nil
 }
 
+var _ PartialPolicy = polycubePolicy{}
+
 func (polycubePolicy) Render(prog *policy.Program) (Rendering, policy.Counts) {
 	return ebpfPolicy{}.Render(prog)
 }
 
-// Apply connects the firewall cube (if it is not yet) and makes its maps hold the rendering.
+// RenderPartial renders as the ebpf engine's RenderPartial (a change from prev, the
+// *policy.BPFPolicy the last applied rendering returned, the rendering renumbered like it by
+// policy.RenumberLike; without it, Render's).
+func (polycubePolicy) RenderPartial(prev any, prog *policy.Program) (Rendering, any, policy.Counts) {
+	return renderBPFPartial(prev, prog)
+}
+
+// Apply connects the firewall cube (if it is not yet) and makes its maps hold the rendering:
+// Render's replaces the policy (PolycubeSetPolicy), RenderPartial's change writes only what it
+// names (PolycubeChangePolicy; the cube is connected already, by the full rendering the change
+// follows).
 func (polycubePolicy) Apply(n Node, r Rendering) error {
-	if len(r) != 1 {
-		return fmt.Errorf("policy polycube: a rendering has one part, got %d", len(r))
+	in, err := decodeBPF("polycube", r)
+	if err != nil {
+		return err
 	}
-	var b policy.BPFPolicy
-	if err := json.Unmarshal(r[0], &b); err != nil {
-		return fmt.Errorf("policy polycube: %w", err)
+	if in.Partial != nil {
+		return bpfNode(n).PolycubeChangePolicy(*in.Partial)
 	}
-	return bpfNode(n).PolycubeSetPolicy(&b)
+	return bpfNode(n).PolycubeSetPolicy(&in.BPFPolicy)
 }
 
 // PodAdded connects the node's firewall cube (once): with this engine, every packet of the

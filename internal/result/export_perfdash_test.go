@@ -147,7 +147,9 @@ func TestExportPerfdash(t *testing.T) {
 // label measurement; the other groups and other scenarios' groups of the same name do not.
 func TestExportPerfdashCL2Names(t *testing.T) {
 	result.RegisterPerfdashName("cl2-test", "add_ms", "NetworkProgrammingLatency")
-	ms := func(v float64) result.MetricSummary { return result.MetricSummary{N: 1, Mean: v, TrimmedMean: v, Median: v, Min: v, Max: v} }
+	ms := func(v float64) result.MetricSummary {
+		return result.MetricSummary{N: 1, Mean: v, TrimmedMean: v, Median: v, Min: v, Max: v}
+	}
 	res := func(scenario string) result.CaseResult {
 		return result.CaseResult{Case: result.Case{ID: scenario + "/x", Scenario: scenario, Placement: "inter"}, Status: "ok",
 			Metrics: map[string]result.MetricSummary{"add_p50_ms": ms(30), "add_p99_ms": ms(80), "remove_p50_ms": ms(20)}}

@@ -77,15 +77,17 @@ type BPFPolicy struct {
 	Rules     []BPFRule     // sorted deterministically, no duplicates
 }
 
-// BPFEndpoint is a local pod with a firewall: ID numbers it in Rules (1..n from RenderBPF; RenumberLike keeps earlier numbers instead); Ingress/Egress say
-// whether it is isolated in that direction (non-empty IngressOf / EgressOf).
+// BPFEndpoint is a local pod with a firewall: ID numbers it in Rules (1..n from RenderBPF;
+// RenumberLike keeps earlier numbers instead); Ingress/Egress say whether it is isolated in
+// that direction (non-empty IngressOf / EgressOf).
 type BPFEndpoint struct {
 	IP              netip.Addr
 	ID              uint32
 	Ingress, Egress bool
 }
 
-// BPFPrefix maps a prefix to a security identity (1..m from RenderBPF; RenumberLike keeps earlier numbers instead; never AnyIdentity).
+// BPFPrefix maps a prefix to a security identity (1..m from RenderBPF; RenumberLike keeps
+// earlier numbers instead; never AnyIdentity).
 type BPFPrefix struct {
 	Prefix   netip.Prefix
 	Identity uint32

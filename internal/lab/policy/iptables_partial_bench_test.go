@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 )
 
 // BenchmarkPolicyIPTAddOneAt20k: a node of the lab's p2p-policies load at 20,000 policies
@@ -24,7 +26,7 @@ func BenchmarkPolicyIPTAddOneAt20k(b *testing.B) {
 		b.Run(backend, func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
-				ns, del := iptPartialNS(b)
+				ns, del := netnstest.Scratch(b)
 				base, err := Compile(pods, nss, pols)
 				if err != nil {
 					b.Fatal(err)

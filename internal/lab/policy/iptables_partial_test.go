@@ -3,7 +3,6 @@ package policy
 import (
 	"bytes"
 	"fmt"
-	mrand "math/rand"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -19,38 +18,9 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
 
-// iptPartialNS creates a network namespace "cnbtq" + 6 random digits and returns its path and
-// a function that deletes it (early); it is deleted at the end of the test anyway, failed or
-// not.
-func iptPartialNS(tb testing.TB) (string, func()) {
-	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root (network namespaces)")
-	}
-	for range 20 {
-		name := fmt.Sprintf("cnbtq%06d", mrand.Intn(1000000))
-		if _, err := os.Stat("/run/netns/" + name); err == nil {
-			continue
-		}
-		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-			tb.Fatalf("ip netns add %s: %v: %s", name, err, out)
-		}
-		var once sync.Once
-		del := func() {
-			once.Do(func() {
-				if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-					tb.Errorf("ip netns del %s: %v: %s", name, err, out)
-				}
-			})
-		}
-		tb.Cleanup(del)
-		return filepath.Join("/run/netns", name), del
-	}
-	tb.Fatal("no free cnbtq namespace name")
-	return "", nil
-}
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
+)
 
 // iptPartialRun runs argv in the namespace at ns and returns its standard output.
 func iptPartialRun(t testing.TB, ns string, stdin []byte, argv ...string) string {
@@ -397,7 +367,7 @@ func newIPTPartialChecker(t testing.TB, backend string) *iptPartialChecker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, _ := iptPartialNS(t)
+	ns, _ := netnstest.Scratch(t)
 	iptPartialRun(t, ns, []byte(iptOther), restore, "--noflush")
 	return &iptPartialChecker{t: t, ns: ns, backend: backend, restore: restore}
 }
@@ -454,7 +424,7 @@ func (c *iptPartialChecker) step(prog *Program, what string, detail func() strin
 	}
 	c.state = next
 
-	fresh, del := iptPartialNS(t)
+	fresh, del := netnstest.Scratch(t)
 	iptPartialRun(t, fresh, []byte(iptOther), c.restore, "--noflush")
 	if err := ApplyIPTables(fresh, c.backend, ipset, filter); err != nil {
 		fail("full apply: %v", err)
@@ -626,9 +596,9 @@ func TestIPTablesPartialPackets(t *testing.T) {
 			t.Skipf("no %s", tool)
 		}
 	}
-	node, _ := iptPartialNS(t)
-	client, _ := iptPartialNS(t)
-	server, _ := iptPartialNS(t)
+	node, _ := netnstest.Scratch(t)
+	client, _ := netnstest.Scratch(t)
+	server, _ := netnstest.Scratch(t)
 	sh := func(ns, script string) {
 		t.Helper()
 		iptPartialRun(t, ns, nil, "sh", "-c", script)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 )
 
 // BenchmarkPolicyAddOneAt20k: a node's nftables table holds 10,000 pods (half of them local)
@@ -17,7 +19,7 @@ import (
 //
 //	go test -run '^$' -bench PolicyAddOneAt20k -benchtime 1x ./internal/lab/policy/
 func BenchmarkPolicyAddOneAt20k(b *testing.B) {
-	nsp, _ := nftPartialNS(b)
+	nsp, _ := netnstest.Scratch(b)
 	pods, nss, pols, extra := nftpStandingCluster(10000, 20000)
 	with := append(slices.Clone(pols), extra)
 	compile := func(pols []networkingv1.NetworkPolicy) *Program {

@@ -9,48 +9,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 )
 
 // The tests of RenderNFTablesPartial. Those that program a kernel need root and run in
-// scratch network namespaces (nftPartialNS). The random sequence replays with
+// scratch network namespaces (netnstest.Scratch). The random sequence replays with
 //
 //	NFT_PARTIAL_SEED=<seed> go test -run TestNFTablesPartialMatchesFull ./internal/lab/policy/
-
-// nftPartialNS creates a network namespace "cnbtq" + 6 random digits and returns its path
-// and a function that deletes it; it is deleted at the end of the test anyway, failed or not.
-func nftPartialNS(t testing.TB) (string, func()) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces)")
-	}
-	for range 20 {
-		name := fmt.Sprintf("cnbtq%06d", rand.IntN(1000000))
-		if _, err := os.Stat("/run/netns/" + name); err == nil {
-			continue
-		}
-		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-			t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-		}
-		var once sync.Once
-		del := func() {
-			once.Do(func() {
-				if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-					t.Errorf("ip netns del %s: %v: %s", name, err, out)
-				}
-			})
-		}
-		t.Cleanup(del)
-		return "/run/netns/" + name, del
-	}
-	t.Fatal("no free cnbtq namespace name")
-	return "", nil
-}
 
 // nftPartialListing is the kernel's table, object by object ("chain X", "set X", "map X"):
 // a chain's rules in order; a set's or map's declaration lines, then "element E" for each of
@@ -659,7 +630,7 @@ func TestNFTablesPartialFull(t *testing.T) {
 		}
 	}
 
-	nsp, _ := nftPartialNS(t)
+	nsp, _ := netnstest.Scratch(t)
 	p := newNFTPGen(1).compile(t)
 	in, st, _ := RenderNFTablesPartial(nil, p)
 	nftpApply(t, nsp, in, "full rendering")
@@ -723,7 +694,7 @@ func TestNFTablesPartialMatchesFull(t *testing.T) {
 	t.Log(why)
 	const steps = 40
 	g := newNFTPGen(seed)
-	nsp, _ := nftPartialNS(t)
+	nsp, _ := netnstest.Scratch(t)
 	prog := g.compile(t)
 	in, state, _ := RenderNFTablesPartial(nil, prog)
 	nftpApply(t, nsp, in, "full rendering")
@@ -745,7 +716,7 @@ func TestNFTablesPartialMatchesFull(t *testing.T) {
 			partial++
 		}
 		full, fcnt := RenderNFTables(p)
-		fresh, del := nftPartialNS(t)
+		fresh, del := netnstest.Scratch(t)
 		nftpApply(t, fresh, full, "full rendering in a fresh namespace")
 		got, want := nftPartialListing(t, nsp), nftPartialListing(t, fresh)
 		del()
@@ -847,11 +818,11 @@ func TestNFTablesPartialAddOneSize(t *testing.T) {
 	t.Logf("adding:\n%s\nremoving:\n%s", adds[0], removes[0])
 
 	// The 2,000 policies in a kernel.
-	nsp, _ := nftPartialNS(t)
+	nsp, _ := netnstest.Scratch(t)
 	nftpApply(t, nsp, big.full, "full rendering")
 	before := nftPartialListing(t, nsp)
 	nftpApply(t, nsp, big.add, "adding one")
-	fresh, del := nftPartialNS(t)
+	fresh, del := netnstest.Scratch(t)
 	fullWith, _ := RenderNFTables(big.with)
 	nftpApply(t, fresh, fullWith, "full rendering with it")
 	nftpSameListing(t, nftPartialListing(t, nsp), nftPartialListing(t, fresh))
@@ -865,7 +836,7 @@ func TestNFTablesPartialAddOneSize(t *testing.T) {
 // the other way round both are busy (EBUSY), and an element cannot be added over one with
 // another verdict. RenderNFTablesPartial writes the order that works.
 func TestNFTablesPartialDeleteOrder(t *testing.T) {
-	nsp, _ := nftPartialNS(t)
+	nsp, _ := netnstest.Scratch(t)
 	pods := []Pod{{Name: "a", Namespace: "x", IP: "10.244.0.2", Local: true, Labels: map[string]string{"app": "a"}},
 		{Name: "b", Namespace: "x", IP: "10.244.0.3", Labels: map[string]string{"app": "b"}}}
 	nss := []Namespace{ns("x")}
@@ -911,7 +882,7 @@ func TestNFTablesPartialDeleteOrder(t *testing.T) {
 	}
 	checkNFTPartialOrder(t, s)
 	nftpApply(t, nsp, in, "the partial rendering")
-	fresh, _ := nftPartialNS(t)
+	fresh, _ := netnstest.Scratch(t)
 	fullWithout, _ := RenderNFTables(without)
 	nftpApply(t, fresh, fullWithout, "full rendering")
 	nftpSameListing(t, nftPartialListing(t, nsp), nftPartialListing(t, fresh))
@@ -934,7 +905,7 @@ func TestNFTablesPartialSameNameSets(t *testing.T) {
 		prog(SetAddrs, Member{Addr: "10.244.0.7"}),
 		prog(SetAddrs, Member{Addr: "10.244.0.7"}, Member{Addr: "10.244.0.8"}),
 	}
-	nsp, _ := nftPartialNS(t)
+	nsp, _ := netnstest.Scratch(t)
 	in, st, _ := RenderNFTablesPartial(nil, steps[0])
 	nftpApply(t, nsp, in, "full rendering")
 	for i, p := range steps[1:] {
@@ -952,7 +923,7 @@ func TestNFTablesPartialSameNameSets(t *testing.T) {
 		}
 		nftpApply(t, nsp, in, fmt.Sprintf("step %d", i+1))
 		st = next
-		fresh, del := nftPartialNS(t)
+		fresh, del := netnstest.Scratch(t)
 		nftpApply(t, fresh, full, "full rendering")
 		nftpSameListing(t, nftPartialListing(t, nsp), nftPartialListing(t, fresh))
 		del()
@@ -993,10 +964,10 @@ func TestNFTablesPartialChangedElement(t *testing.T) {
 	checkNFTPartialOrder(t, s)
 	nftpCheckMinimal(t, before, after, s, c.Changed)
 
-	nsp, _ := nftPartialNS(t)
+	nsp, _ := netnstest.Scratch(t)
 	nftpApply(t, nsp, full, "full rendering")
 	nftpApply(t, nsp, in, "the partial rendering")
-	fresh, _ := nftPartialNS(t)
+	fresh, _ := netnstest.Scratch(t)
 	fullAfter, _ := RenderNFTables(after)
 	nftpApply(t, fresh, fullAfter, "full rendering")
 	nftpSameListing(t, nftPartialListing(t, nsp), nftPartialListing(t, fresh))

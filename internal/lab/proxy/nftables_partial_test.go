@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 )
 
 // Without a state, and when the base of the ruleset changes, the partial rendering is the
@@ -211,7 +213,7 @@ func checkNFTOrder(t *testing.T, in string) {
 // matters (the other way round the chain is busy), and a changed element must be deleted
 // before it is added again.
 func TestNFTablesDeleteOrder(t *testing.T) {
-	ns, _ := tempNS(t)
+	ns, _ := netnstest.Scratch(t)
 	opt := partialOpt()
 	svcs := nftTestServices() // server: 3 endpoints; dns: 1; empty: none
 	in, st, _ := RenderNFTablesPartial(nil, svcs, opt)

@@ -3,14 +3,14 @@ package proxy
 import (
 	"fmt"
 	"math/rand"
-	"os"
 	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 )
 
 // This file holds what the nftables and iptables partial-sync tests share: a namespace
@@ -22,37 +22,6 @@ import (
 // every option that shapes a rendering set.
 func partialOpt() Options {
 	return Options{ClusterCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", NodeName: "node0", NodeIPs: []string{"172.30.0.10"}}
-}
-
-// tempNS creates a network namespace "cnbtq" + 6 random digits (a lab test prefix) and returns
-// its path and a function that deletes it; it is deleted at the end of the test anyway,
-// failed or not.
-func tempNS(t *testing.T) (string, func()) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
-	for range 20 {
-		name := fmt.Sprintf("cnbtq%06d", rand.Intn(1000000))
-		if _, err := os.Stat("/run/netns/" + name); err == nil {
-			continue
-		}
-		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-			t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-		}
-		var once sync.Once
-		del := func() {
-			once.Do(func() {
-				if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-					t.Errorf("ip netns del %s: %v: %s", name, err, out)
-				}
-			})
-		}
-		t.Cleanup(del)
-		return "/run/netns/" + name, del
-	}
-	t.Fatal("no free cnbtq namespace name")
-	return "", nil
 }
 
 // svcGen makes Services with names, ClusterIPs and NodePorts never used before, and
@@ -211,7 +180,7 @@ type partialStep struct {
 func checkSteps(t *testing.T, e partialEngine, why string, seq []partialStep) int {
 	t.Helper()
 	opt := partialOpt()
-	ns, _ := tempNS(t)
+	ns, _ := netnstest.Scratch(t)
 	in, state, cnt := e.render(nil, seq[0].svcs, opt)
 	if err := e.apply(ns, in); err != nil {
 		t.Fatalf("full rendering: %v", err)
@@ -231,7 +200,7 @@ func checkSteps(t *testing.T, e partialEngine, why string, seq []partialStep) in
 			partial++
 		}
 		full, _, fcnt := e.render(nil, svcs, opt)
-		fresh, del := tempNS(t)
+		fresh, del := netnstest.Scratch(t)
 		if err := e.apply(fresh, full); err != nil {
 			t.Fatalf("step %d (%s): full rendering: %v", step, what, err)
 		}

@@ -4,12 +4,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cnibench/cnibench/internal/result"
 )
 
 // TestChangeRun runs the change scenario through the CLI on the lab: one Service added and
-// removed again and again (minChanges times each, cnibench's prober in the client pod) with 200
+// removed again and again (minChanges times each, cnibench's prober in the client pod) with 100
 // Services standing, kube-proxy's nftables layout programmed by partial and by full syncs, and
 // the eBPF load balancer. Every case measures both directions, each within a second; the
 // sync mode is a label of the case and the lab records what the proxy did: a partial sync
@@ -18,7 +19,7 @@ func TestChangeRun(t *testing.T) {
 	needRoot(t)
 	out := filepath.Join(t.TempDir(), "change-run")
 	r := runCnb(t, runOpts{}, "run", "--scenario", "change", "--dataplane", "calico", "--proxy", "nftables,ebpf", "--placement", "inter",
-		"--services", "200", "--sync", "partial,full", "--repeat", "1", "--duration", "1", "--warmup", "0", "--max-steal=-1", "--out", out)
+		"--services", "100", "--sync", "partial,full", "--repeat", "1", "--duration", "1", "--warmup", "0", "--max-steal=-1", "--out", out)
 	s, err := result.ReadSummary(out)
 	if err != nil {
 		t.Fatalf("summary.json: %v (exit %d, stderr %s)", err, r.code, r.stderr)
@@ -50,5 +51,47 @@ func TestChangeRun(t *testing.T) {
 		}
 		t.Logf("%s: add P50 %.2f ms P99 %.2f (control %.2f), remove P50 %.2f ms, changed %v", c.ID, m["add_p50_ms"].Mean, m["add_p99_ms"].Mean,
 			m["add_control_p50_ms"].Mean, m["remove_p50_ms"].Mean, changed.Mean)
+	}
+}
+
+// TestChangePolicyRun runs the policy kind through the CLI on the lab: a policy denying all
+// ingress to the endpoint added and removed again and again with 100 policies standing over
+// 50 silent pods, kube-router's iptables layout (calico) and the eBPF engine (cilium), both
+// programmed by partial syncs (each engine's partial rendering is held to its full one by the
+// policy package's tests). Every case measures both directions within a second, and a change
+// touches a few objects.
+func TestChangePolicyRun(t *testing.T) {
+	needRoot(t)
+	out := filepath.Join(t.TempDir(), "change-policy-run")
+	r := runCnb(t, runOpts{timeout: 6 * time.Minute}, "run", "--scenario", "change", "--change", "policy", "--dataplane", "calico,cilium", "--placement", "inter",
+		"--policies", "100", "--sync", "partial", "--repeat", "1", "--duration", "1", "--warmup", "0", "--max-steal=-1", "--out", out)
+	s, err := result.ReadSummary(out)
+	if err != nil {
+		t.Fatalf("summary.json: %v (exit %d, stderr %s)", err, r.code, r.stderr)
+	}
+	if len(s.Results) != 2 {
+		t.Errorf("%d results, want 2 (2 engines)", len(s.Results))
+	}
+	for _, cr := range s.Results {
+		c := cr.Case
+		if cr.Status != "ok" || c.Change != "policy" || c.Policies != 100 {
+			t.Errorf("%s: %s (%s), change %q, policies %d", c.ID, cr.Status, cr.Reason, c.Change, c.Policies)
+			continue
+		}
+		m := cr.Metrics
+		for _, k := range []string{"deny_p50_ms", "deny_p99_ms", "allow_p50_ms", "allow_p99_ms", "deny_program_p50_ms"} {
+			if v := m[k].Mean; v <= 0 || v > 1000 {
+				t.Errorf("%s: %s = %v, want a positive figure under a second", c.ID, k, v)
+			}
+		}
+		if m["changes_count"].Mean < 20 || m["policies_total"].Mean != 100 {
+			t.Errorf("%s: changes %v, standing policies %v", c.ID, m["changes_count"].Mean, m["policies_total"].Mean)
+		}
+		changed, ok := m["policy_changed_count"]
+		if !ok || changed.Mean <= 0 || changed.Mean > 20 {
+			t.Errorf("%s: a partial sync touched %v objects (present %v), want a few", c.ID, changed.Mean, ok)
+		}
+		t.Logf("%s: deny P50 %.2f ms P99 %.2f, allow P50 %.2f ms, program %.2f ms, changed %v", c.ID, m["deny_p50_ms"].Mean, m["deny_p99_ms"].Mean,
+			m["allow_p50_ms"].Mean, m["deny_program_p50_ms"].Mean, changed.Mean)
 	}
 }

@@ -93,15 +93,11 @@ func (n Node) SetPolicy(b *policy.BPFPolicy) error {
 	if err := n.loadPolicy(); err != nil {
 		return err
 	}
-	var ms [3]*ebpf.Map
-	for i, pin := range []string{polIPCache, polRules, polEps} {
-		m, err := ebpf.LoadPinnedMap(n.path(pin), nil)
-		if err != nil {
-			return fmt.Errorf("map %s: %w", pin, err)
-		}
-		defer m.Close()
-		ms[i] = m
+	ms, err := n.policyMaps()
+	if err != nil {
+		return err
 	}
+	defer closeMaps(ms)
 	return writePolicy(ms[0], ms[1], ms[2], b)
 }
 
@@ -122,4 +118,41 @@ func (n Node) PolicyStats() (PolicyStats, error) {
 		return PolicyStats{}, err
 	}
 	return PolicyStats{Admitted: v[0], Denied: v[1], Established: v[2]}, nil
+}
+
+// policyMaps opens the policy engine's maps of the node (pol.h's layout: IP cache, rules,
+// endpoints); closeMaps closes them.
+func (n Node) policyMaps() ([3]*ebpf.Map, error) {
+	var ms [3]*ebpf.Map
+	for i, pin := range []string{polIPCache, polRules, polEps} {
+		m, err := ebpf.LoadPinnedMap(n.path(pin), nil)
+		if err != nil {
+			closeMaps(ms)
+			return ms, fmt.Errorf("map %s: %w", pin, err)
+		}
+		ms[i] = m
+	}
+	return ms, nil
+}
+
+// pcPolicyMaps opens the polycube firewall cube's maps of the node (the same layout).
+func (n Node) pcPolicyMaps() ([3]*ebpf.Map, error) {
+	var ms [3]*ebpf.Map
+	for i, name := range []string{"ipcache", "pol_rules", "pol_eps"} {
+		m, err := n.pcMap(name)
+		if err != nil {
+			closeMaps(ms)
+			return ms, err
+		}
+		ms[i] = m
+	}
+	return ms, nil
+}
+
+func closeMaps(ms [3]*ebpf.Map) {
+	for _, m := range ms {
+		if m != nil {
+			m.Close()
+		}
+	}
 }

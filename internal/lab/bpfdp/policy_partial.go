@@ -18,15 +18,11 @@ func (n Node) ChangePolicy(c policy.BPFChange) error {
 	if !n.pinned(polProg) {
 		return fmt.Errorf("node %s has no policy engine to change", n.NS)
 	}
-	var ms [3]*ebpf.Map
-	for i, pin := range []string{polIPCache, polRules, polEps} {
-		m, err := ebpf.LoadPinnedMap(n.path(pin), nil)
-		if err != nil {
-			return fmt.Errorf("map %s: %w", pin, err)
-		}
-		defer m.Close()
-		ms[i] = m
+	ms, err := n.policyMaps()
+	if err != nil {
+		return err
 	}
+	defer closeMaps(ms)
 	return changePolicy(ms[0], ms[1], ms[2], c)
 }
 
@@ -38,15 +34,11 @@ func (n Node) PolycubeChangePolicy(c policy.BPFChange) error {
 	if _, ok := n.pcBuild(); !ok {
 		return fmt.Errorf("node %s has no polycube provider", n.NS)
 	}
-	var ms [3]*ebpf.Map
-	for i, name := range []string{"ipcache", "pol_rules", "pol_eps"} {
-		m, err := n.pcMap(name)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		ms[i] = m
+	ms, err := n.pcPolicyMaps()
+	if err != nil {
+		return err
 	}
+	defer closeMaps(ms)
 	return changePolicy(ms[0], ms[1], ms[2], c)
 }
 

@@ -663,15 +663,11 @@ func (n Node) PolycubeSetPolicy(pol *policy.BPFPolicy) error {
 	if err := n.pcFirewall(); err != nil {
 		return err
 	}
-	var ms [3]*ebpf.Map
-	for i, name := range []string{"ipcache", "pol_rules", "pol_eps"} {
-		m, err := n.pcMap(name)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		ms[i] = m
+	ms, err := n.pcPolicyMaps()
+	if err != nil {
+		return err
 	}
+	defer closeMaps(ms)
 	return writePolicy(ms[0], ms[1], ms[2], pol)
 }
 

@@ -18,7 +18,7 @@ import (
 func TestChangeRun(t *testing.T) {
 	needRoot(t)
 	out := filepath.Join(t.TempDir(), "change-run")
-	r := runCnb(t, runOpts{}, "run", "--scenario", "change", "--dataplane", "calico", "--proxy", "nftables,ebpf", "--placement", "inter",
+	r := runCnb(t, runOpts{}, "run", "--scenario", "change", "--change", "service", "--dataplane", "calico", "--proxy", "nftables,ebpf", "--placement", "inter",
 		"--services", "100", "--sync", "partial,full", "--repeat", "1", "--duration", "1", "--warmup", "0", "--max-steal=-1", "--out", out)
 	s, err := result.ReadSummary(out)
 	if err != nil {
@@ -42,7 +42,7 @@ func TestChangeRun(t *testing.T) {
 		if m["changes_count"].Mean < 20 || m["probe_interval_ms"].Mean <= 0 || m["probe_interval_ms"].Mean > 2 {
 			t.Errorf("%s: changes %v, probe interval %v ms", c.ID, m["changes_count"].Mean, m["probe_interval_ms"].Mean)
 		}
-		changed, ok := m["proxy_changed_count"]
+		changed, ok := m["add_changed_p50_count"]
 		switch {
 		case c.Sync == "full" && (!ok || changed.Mean != 0):
 			t.Errorf("%s: a full sync reports %v changed objects (present %v), want 0", c.ID, changed.Mean, ok)
@@ -87,7 +87,7 @@ func TestChangePolicyRun(t *testing.T) {
 		if m["changes_count"].Mean < 20 || m["policies_total"].Mean != 100 {
 			t.Errorf("%s: changes %v, standing policies %v", c.ID, m["changes_count"].Mean, m["policies_total"].Mean)
 		}
-		changed, ok := m["policy_changed_count"]
+		changed, ok := m["deny_changed_p50_count"]
 		if !ok || changed.Mean <= 0 || changed.Mean > 20 {
 			t.Errorf("%s: a partial sync touched %v objects (present %v), want a few", c.ID, changed.Mean, ok)
 		}

@@ -68,8 +68,8 @@ type changeKind struct {
 	// undo; false the other way round (a policy that denies).
 	servedAfterDo bool
 	// programMetric is the backend's metric (cl.Programmed) of the programming a change of
-	// this kind causes.
-	programMetric string
+	// this kind causes, changedMetric the one of what that programming touched.
+	programMetric, changedMetric string
 	// cl2 is the ClusterLoader2 measurement that times the same changes (the perfdash
 	// export's name for both directions' figures).
 	cl2 string
@@ -253,6 +253,7 @@ type changeStep struct {
 	Do        bool
 	Call, Ret time.Time // this host's clock before the call and after it returned
 	ProgramMS float64   // the backend's programming time of the change (-1: none reported)
+	Changed   float64   // what the backend's programming of the change touched (-1: none reported)
 	Attempts  []driver.ProbeAttempt
 	// Settled is the sequence number of the last attempt of the settleAttempts in a row that
 	// settled the change (-1: it never did); the attempts after it, until the prober stopped,
@@ -314,7 +315,7 @@ func (f *changeFixture) obeys(do bool, a driver.ProbeAttempt) bool {
 // warmAttempts attempts show the old state, makes the change, and waits until
 // settleAttempts attempts in a row, started after the call returned, show the new one.
 func (f *changeFixture) step(ctx context.Context, probeCmd []string, shift time.Duration, do bool) (st changeStep, err error) {
-	st = changeStep{Do: do, ProgramMS: -1, Settled: -1}
+	st = changeStep{Do: do, ProgramMS: -1, Changed: -1, Settled: -1}
 	p, err := f.cl.Start(ctx, f.client.Name, probeCmd, cluster.Ready{})
 	if err != nil {
 		return st, fmt.Errorf("start the prober: %w", err)
@@ -347,8 +348,12 @@ func (f *changeFixture) step(ctx context.Context, probeCmd []string, shift time.
 	if err != nil {
 		return st, fmt.Errorf("%s: %w", f.direction(do), err)
 	}
-	if pm, ok := f.cl.Programmed(ctx)[f.kind.programMetric]; ok {
+	prog := f.cl.Programmed(ctx)
+	if pm, ok := prog[f.kind.programMetric]; ok {
 		st.ProgramMS = pm
+	}
+	if n, ok := prog[f.kind.changedMetric]; ok {
+		st.Changed = n
 	}
 	err = waitAttempts(ctx, p, shift, changeWait, func(as []driver.ProbeAttempt) bool {
 		if settled(as, st.Ret, func(a driver.ProbeAttempt) bool { return f.obeys(do, a) }) {
@@ -439,6 +444,7 @@ func waitAttempts(ctx context.Context, p cluster.Process, shift, d time.Duration
 // changeTimes are one step's figures in milliseconds.
 type changeTimes struct {
 	first, all, control, data, program float64
+	changed                            float64 // what the programming touched (-1: not reported)
 	resolution                         float64 // half the gap the first figure falls in
 	flaps                              int     // attempts that disobeyed between first and all
 	relapses                           int     // attempts that disobeyed after the change settled
@@ -483,7 +489,7 @@ func (st changeStep) times(obeys func(bool, driver.ProbeAttempt) bool) (changeTi
 		half = as[i].Start.Sub(lo) / 2
 		return lo.Add(half).Sub(st.Call), half
 	}
-	t := changeTimes{control: ms(st.Ret.Sub(st.Call)), program: st.ProgramMS}
+	t := changeTimes{control: ms(st.Ret.Sub(st.Call)), program: st.ProgramMS, changed: st.Changed}
 	f, half := mid(first)
 	t.first, t.resolution = ms(f), ms(half)
 	a, _ := mid(all)
@@ -540,12 +546,15 @@ func changeMetrics(k changeKind, steps []changeStep, obeys func(bool, driver.Pro
 		if do {
 			dir = k.do
 		}
-		var first, all, control, data, program []float64
+		var first, all, control, data, program, changed []float64
 		flaps, relapses := 0, 0
 		for _, t := range by[do] {
 			first, all, control, data = append(first, t.first), append(all, t.all), append(control, t.control), append(data, t.data)
 			if t.program >= 0 {
 				program = append(program, t.program)
+			}
+			if t.changed >= 0 {
+				changed = append(changed, t.changed)
 			}
 			flaps += t.flaps
 			relapses += t.relapses
@@ -560,6 +569,9 @@ func changeMetrics(k changeKind, steps []changeStep, obeys func(bool, driver.Pro
 		m[dir+"_data_p50_ms"] = nearestRank(data, 50)
 		if len(program) > 0 {
 			m[dir+"_program_p50_ms"] = nearestRank(program, 50)
+		}
+		if len(changed) > 0 {
+			m[dir+"_changed_p50_count"] = nearestRank(changed, 50)
 		}
 		m[dir+"_flaps_count"] = float64(flaps)
 		m[dir+"_relapses_count"] = float64(relapses)
@@ -623,7 +635,7 @@ func init() {
 	registerChange(changeKind{
 		name:    "service",
 		summary: "a ClusterIP Service is added (and removed again): until its address answers (and stops answering)",
-		do:      "add", undo: "remove", servedAfterDo: true, programMetric: "proxy_program_ms",
+		do:      "add", undo: "remove", servedAfterDo: true, programMetric: "proxy_program_ms", changedMetric: "proxy_changed_count",
 		cl2: "NetworkProgrammingLatency", // kube-proxy's programming of a Service change
 		setup: func(ctx context.Context, f *changeFixture) error {
 			f.svcSpec = cluster.ServiceSpec{Name: objName(f.opt, "changed"), Selector: fixtureLabels(f.opt, "endpoint"),
@@ -674,7 +686,7 @@ func init() {
 	registerChange(changeKind{
 		name:    "policy",
 		summary: "a NetworkPolicy denying all ingress to the endpoint is added (and removed again): until the endpoint stops answering (and answers again)",
-		do:      "deny", undo: "allow", servedAfterDo: false, programMetric: "policy_program_ms",
+		do:      "deny", undo: "allow", servedAfterDo: false, programMetric: "policy_program_ms", changedMetric: "policy_changed_count",
 		cl2: "NetworkPolicyEnforcementLatency",
 		setup: func(ctx context.Context, f *changeFixture) error {
 			f.polSpec = networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: objName(f.opt, "changed-deny")},

@@ -680,12 +680,12 @@ func writePolicy(ipc, rules, eps *ebpf.Map, b *policy.BPFPolicy) error {
 	cv := make([]uint32, len(b.IPCache))
 	wantC := make(map[polCheckIpcKey]bool, len(b.IPCache))
 	for i, e := range b.IPCache {
-		if !e.Prefix.Addr().Is4() {
-			return fmt.Errorf("ip cache entry %s is not IPv4", e.Prefix)
+		k, err := ipcKey(e.Prefix)
+		if err != nil {
+			return err
 		}
-		ck[i] = polCheckIpcKey{Prefixlen: uint32(e.Prefix.Bits()), Addr: be32(e.Prefix.Masked().Addr())}
-		cv[i] = e.Identity
-		wantC[ck[i]] = true
+		ck[i], cv[i] = k, e.Identity
+		wantC[k] = true
 	}
 	rk := make([]polCheckRuleKey, len(b.Rules))
 	rv := make([]uint8, len(b.Rules))
@@ -698,14 +698,7 @@ func writePolicy(ipc, rules, eps *ebpf.Map, b *policy.BPFPolicy) error {
 	ev := make([]polCheckPolEp, len(b.Endpoints))
 	wantE := make(map[uint32]bool, len(b.Endpoints))
 	for i, e := range b.Endpoints {
-		ek[i] = be32(e.IP)
-		ev[i] = polCheckPolEp{Id: e.ID}
-		if e.Ingress {
-			ev[i].Ingress = 1
-		}
-		if e.Egress {
-			ev[i].Egress = 1
-		}
+		ek[i], ev[i] = be32(e.IP), polEp(e)
 		wantE[ek[i]] = true
 	}
 	if err := batchUpdate(ipc, ck, cv); err != nil {

@@ -195,10 +195,11 @@ type Lab struct {
 	chainSeq int
 
 	services   map[string]*service
+	svcOrder   []*service   // the same Services, by name (what the proxy is given, in order)
 	svcSeq     int          // ClusterIPs handed out so far (offsets into the service range)
 	nodePorts  map[int]bool // NodePorts in use
 	svcFree    []int        // offsets of deleted Services, reused oldest first once the range is used up
-	svcChains  []string     // chains of the last rendering
+	svcChains  [][]string   // per node (by index), the chains of its last applied rendering
 	svcState   []any        // per node (by index), the partial proxy's state of its last applied rendering
 	polState   []any        // per node (by index), the partial policy engine's state of its last applied rendering
 	filtering  bool         // the nodes are ready for filtering (Attach.Filtered)

@@ -81,6 +81,42 @@ type service struct {
 	n    int // offset of ip in the service range
 	ip   string
 	eps  []string
+	// proxied is what the proxy is given for the Service (a proxy.Service per port) as of
+	// proxiedEps; programServices makes it again when eps are others.
+	proxied    []proxy.Service
+	proxiedEps []string
+}
+
+// insertService adds s to l.svcOrder, in name order (caller holds mu).
+func (l *Lab) insertService(s *service) {
+	i, _ := slices.BinarySearchFunc(l.svcOrder, s.spec.Name, func(o *service, name string) int { return strings.Compare(o.spec.Name, name) })
+	l.svcOrder = slices.Insert(l.svcOrder, i, s)
+}
+
+// proxiedFresh says whether s.proxied is up to date (caller holds mu).
+func (s *service) proxiedFresh() bool { return s.proxied != nil && slices.Equal(s.proxiedEps, s.eps) }
+
+// proxiedNow returns s.proxied, made again if s's endpoints changed since (caller holds mu);
+// nodeOf has the endpoints' nodes by address.
+func (s *service) proxiedNow(prefix string, nodeOf map[string]string) []proxy.Service {
+	if s.proxiedFresh() {
+		return s.proxied
+	}
+	out := make([]proxy.Service, 0, len(s.spec.Ports))
+	for _, p := range s.spec.Ports {
+		target := p.TargetPort
+		if target == 0 {
+			target = p.Port
+		}
+		ps := proxy.Service{Namespace: prefix, Name: s.spec.Name, PortName: p.Name, ClusterIP: s.ip, Port: p.Port,
+			Protocol: strings.ToLower(p.Protocol), NodePort: p.NodePort, ExternalLocal: s.spec.NodePort && s.spec.ExternalLocal}
+		for _, ip := range s.eps {
+			ps.Endpoints = append(ps.Endpoints, proxy.Endpoint{IP: ip, Port: target, Node: nodeOf[ip]})
+		}
+		out = append(out, ps)
+	}
+	s.proxied, s.proxiedEps = out, s.eps
+	return out
 }
 
 // allocClusterIP picks a ClusterIP offset (caller holds mu): fresh ones first, then those of
@@ -134,13 +170,18 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 		}
 	}
 	l.mu.Lock()
-	byLabel := map[string][]*pod{} // "key=value" -> pods, to resolve 10,000 selectors quickly
-	for _, p := range l.pods {
-		if p.HostNetwork || p.External || p.IP == "" {
-			continue // never endpoints
-		}
-		for k, v := range p.Labels {
-			byLabel[k+"="+v] = append(byLabel[k+"="+v], p)
+	// "key=value" -> pods, to resolve 10,000 selectors quickly; a few selectors look at the
+	// pods once each instead (an index of 10,000 pods costs more than that, and a change of
+	// one Service waits for it).
+	var byLabel map[string][]*pod
+	if len(specs) > 8 {
+		byLabel = map[string][]*pod{}
+		for _, p := range l.pods {
+			if endpointCandidate(p) {
+				for k, v := range p.Labels {
+					byLabel[k+"="+v] = append(byLabel[k+"="+v], p)
+				}
+			}
 		}
 	}
 	out := make([]cluster.Service, len(specs))
@@ -175,8 +216,13 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 		}
 		spec.Ports = ports
 		s := &service{spec: spec, n: n, ip: fmt.Sprintf("%s.%d.%d", serviceBase, n/256, n%256)}
-		s.eps = selectIPs(byLabel, spec.Selector)
+		if byLabel != nil {
+			s.eps = selectIPs(byLabel, spec.Selector)
+		} else {
+			s.eps = l.selectIPsScan(spec.Selector)
+		}
 		l.services[spec.Name] = s
+		l.insertService(s)
 		added = append(added, spec.Name)
 		out[i] = cluster.Service{Name: spec.Name, ClusterIP: s.ip, Ports: ports, Endpoints: s.eps}
 	}
@@ -210,7 +256,25 @@ func (l *Lab) forgetService(name string) bool {
 		delete(l.nodePorts, p.NodePort)
 	}
 	delete(l.services, name)
+	if i := slices.Index(l.svcOrder, s); i >= 0 {
+		l.svcOrder = slices.Delete(l.svcOrder, i, i+1)
+	}
 	return true
+}
+
+// selectIPsScan is selectIPs by a look at every pod (caller holds mu).
+func (l *Lab) selectIPsScan(sel map[string]string) []string {
+	if len(sel) == 0 {
+		return nil
+	}
+	var ips []string
+	for _, p := range l.pods {
+		if endpointCandidate(p) && cluster.Selects(sel, p.Labels) {
+			ips = append(ips, p.IP)
+		}
+	}
+	sort.Strings(ips)
+	return ips
 }
 
 // selectIPs returns the sorted addresses of the pods whose labels include the selector.
@@ -270,28 +334,33 @@ func (l *Lab) programServices() error {
 	start := time.Now()
 	l.mu.Lock()
 	tracked := l.trackedEndpoints()
-	nodeOf := make(map[string]string, len(l.pods))
-	for _, p := range l.pods {
-		if p.IP != "" && !p.HostNetwork {
-			nodeOf[p.IP] = p.Node
-		}
-	}
-	var svcs []proxy.Service
-	for _, s := range l.services {
-		for _, p := range s.spec.Ports {
-			target := p.TargetPort
-			if target == 0 {
-				target = p.Port
-			}
-			ps := proxy.Service{Namespace: l.cfg.Prefix, Name: s.spec.Name, PortName: p.Name, ClusterIP: s.ip, Port: p.Port,
-				Protocol: strings.ToLower(p.Protocol), NodePort: p.NodePort, ExternalLocal: s.spec.NodePort && s.spec.ExternalLocal}
+	// Services in name order, each as it was last time unless its endpoints changed: the
+	// partial renderings sort them (already sorted, that is a pass) and compare them with
+	// their previous ones, and a change of one Service among 10,000 costs little. The nodes
+	// of the endpoints of those that changed are looked up in one pass over the pods.
+	nodes := map[string]string{}
+	for _, s := range l.svcOrder {
+		if !s.proxiedFresh() {
 			for _, ip := range s.eps {
-				ps.Endpoints = append(ps.Endpoints, proxy.Endpoint{IP: ip, Port: target, Node: nodeOf[ip]})
+				nodes[ip] = ""
 			}
-			svcs = append(svcs, ps)
 		}
 	}
-	stale := l.svcChains // what a rendering declares again is not stale
+	if len(nodes) > 0 {
+		for _, p := range l.pods {
+			if _, ok := nodes[p.IP]; ok && p.IP != "" && !p.HostNetwork {
+				nodes[p.IP] = p.Node
+			}
+		}
+	}
+	svcs := make([]proxy.Service, 0, len(l.svcOrder))
+	for _, s := range l.svcOrder {
+		svcs = append(svcs, s.proxiedNow(l.cfg.Prefix, nodes)...)
+	}
+	if len(l.svcChains) != len(l.nodes) {
+		l.svcChains = make([][]string, len(l.nodes))
+	}
+	stale := slices.Clone(l.svcChains) // a node's chains that a rendering does not declare again are stale
 	l.mu.Unlock()
 	if err := l.filtered(); err != nil {
 		return err
@@ -309,7 +378,7 @@ func (l *Lab) programServices() error {
 	err := cluster.Parallel(context.Background(), len(l.nodes), len(l.nodes), func(i int) error {
 		n := l.nodes[i]
 		t0 := time.Now()
-		opt := proxy.Options{ClusterCIDR: l.cfg.ClusterCIDR, ServiceCIDR: serviceBase + ".0.0/16", Stale: stale,
+		opt := proxy.Options{ClusterCIDR: l.cfg.ClusterCIDR, ServiceCIDR: serviceBase + ".0.0/16", Stale: stale[i],
 			NodeName: n.name, NodeIPs: []string{n.ip.String()}}
 		var input []byte
 		var cnt proxy.Counts
@@ -328,6 +397,9 @@ func (l *Lab) programServices() error {
 			return fmt.Errorf("program Services in %s: %w", n.name, err)
 		}
 		l.svcState[i] = next
+		l.mu.Lock()
+		l.svcChains[i] = cnt.Names
+		l.mu.Unlock()
 		at := time.Now()
 		for tr, eps := range tracked {
 			tr.programmed(n.name, eps, at)
@@ -337,19 +409,6 @@ func (l *Lab) programServices() error {
 	if err != nil {
 		return err
 	}
-	var names []string // every node's chains: the stale ones of the next rendering
-	seen := map[string]bool{}
-	for _, c := range counts {
-		for _, n := range c.Names {
-			if !seen[n] {
-				seen[n] = true
-				names = append(names, n)
-			}
-		}
-	}
-	l.mu.Lock()
-	l.svcChains = names // a rendering that replaces its state whole names none
-	l.mu.Unlock()
 	cnt := counts[0]
 	l.record(map[string]float64{
 		"proxy_services_count": float64(cnt.Services), "proxy_endpoints_count": float64(cnt.Endpoints),

@@ -367,7 +367,7 @@ func (p *page) scenario(run int, id, name string, rs []result.CaseResult, s resu
 		}
 	}
 	if len(scale) > 0 {
-		p.f(`<details class="scale"><summary>%d other paired comparisons in this scenario (scale points against the smallest, A/A copies, P99 latency against the baseline); %d differ beyond the noise</summary>`, len(scale), differ)
+		p.f(`<details class="scale"><summary>%d other paired comparisons in this scenario (scale points against the smallest, full against partial programming, A/A copies, P99 latency against the baseline); %d differ beyond the noise</summary>`, len(scale), differ)
 		p.comparisonTable(scale)
 		p.s(`</details>`)
 	}

@@ -408,6 +408,7 @@ type Comparison struct {
 	// Kind says what differs: "baseline" (a pod result against its baseline; "baseline-p99"
 	// for the P99 latency of request/response cases), "dataplane", "nf",
 	// "proxy", "policy", "scale" (services, policies, pods, replicas, chain length or rules against the smallest),
+	// "sync" (the lab's full programming of a change against its partial one, or the other way),
 	// "copy" (an A/A copy against the first).
 	Kind   string `json:"kind"`
 	Metric string `json:"metric"`

@@ -1,6 +1,9 @@
 package stats
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/cnibench/cnibench/internal/result"
 )
 
@@ -17,6 +20,8 @@ import (
 //   - "scale": a case against the least loaded case (Case.Load) of the run that differs from
 //     it only in scale (services, policies, pods, replicas, chain length, rules, noisy
 //     neighbours);
+//   - "sync": a case against the first case of the run that differs from it only in the lab's
+//     sync mode (Case.Sync: partial against full programming of the same change);
 //   - "copy": a later copy of a case against its first (an A/A pair: they should not differ).
 //
 // Only ok trials count (the last record of a trial number wins, as in Aggregate);
@@ -50,8 +55,12 @@ func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
 	first := map[string]result.Case{} // CompareKey -> the first case measuring it
 	least := map[string]result.Case{} // scale-free key -> the least loaded case
 	copy1 := map[result.Case]result.Case{}
+	syncRef := map[string]result.Case{} // the id without the sync mode -> the first case with it
 	for _, c := range cases {
 		byID[c.ID] = c
+		if _, ok := syncRef[withoutSync(c)]; !ok && c.Sync != "" {
+			syncRef[withoutSync(c)] = c
+		}
 		if _, ok := first[c.CompareKey()]; !ok {
 			first[c.CompareKey()] = c
 		}
@@ -93,6 +102,9 @@ func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
 		if l := least[unscaled(c)]; l.Load() < c.Load() {
 			add(c, l, "scale")
 		}
+		if r, ok := syncRef[withoutSync(c)]; ok && c.Sync != "" && r.ID != c.ID {
+			add(c, r, "sync")
+		}
 	}
 	return out
 }
@@ -106,6 +118,12 @@ func unscaled(c result.Case) string {
 	u := c
 	u.Services, u.Policies, u.Pods, u.Replicas, u.ChainLength, u.Rules, u.Noisy, u.NoisyCPULimit = 0, 0, 0, 0, 0, 0, 0, 0
 	return u.MakeID() + " " + c.Variant()
+}
+
+// withoutSync is a case's id without its sync mode (the part "sync=...").
+func withoutSync(c result.Case) string {
+	parts := strings.Split(c.Key(), "/")
+	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "sync="+c.Sync }), "/")
 }
 
 // withoutCopy is a case's labels but its copy number and id.

@@ -135,3 +135,35 @@ func TestCompareVNF(t *testing.T) {
 		t.Errorf("comparisons\n got %v\nwant %v", got, want)
 	}
 }
+
+// Each lab proxy's full programming of a change is compared with its partial one (kind
+// "sync"), and only with it; the proxies are compared with one another within one sync mode.
+func TestCompareSync(t *testing.T) {
+	result.RegisterScenario("change", result.Judge{Primary: func(result.Case) string { return "add_p50_ms" }, NoBaseline: true})
+	change := func(proxy, sync string) result.Case {
+		c := labCase("change", "calico", "inter", "tcp", func(c *result.Case) { c.Proxy, c.Sync, c.Change, c.Services = proxy, sync, "service", 10000 })
+		c.ID = c.WithParts(true, false) // as a plan naming its proxies makes it
+		return c
+	}
+	cases := []result.Case{change("nftables", "partial"), change("nftables", "full"), change("iptables", "partial"), change("iptables", "full")}
+	val := []float64{40, 1300, 1500, 3500}
+	var trials []result.Trial
+	for k := 1; k <= 3; k++ {
+		for i, c := range cases {
+			trials = append(trials, result.Trial{Case: c, Trial: k, Status: "ok", Metrics: map[string]float64{"add_p50_ms": val[i] * (1 + float64(k)/100)}})
+		}
+	}
+	got := map[string]bool{}
+	for _, c := range Compare(cases, trials) {
+		got[c.Kind+" "+c.Case+" vs "+c.Reference] = true
+	}
+	want := map[string]bool{
+		"sync " + cases[1].ID + " vs " + cases[0].ID:  true,
+		"sync " + cases[3].ID + " vs " + cases[2].ID:  true,
+		"proxy " + cases[2].ID + " vs " + cases[0].ID: true,
+		"proxy " + cases[3].ID + " vs " + cases[1].ID: true,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("comparisons\n got %v\nwant %v", got, want)
+	}
+}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 
 	"github.com/cnibench/cnibench/internal/netns"
 )
@@ -100,9 +101,16 @@ func run(nsPath, tool string, args []string, stdin []byte) error {
 	return err
 }
 
-// ApplyNFTables programs an nftables rendering (RenderNFTables) in the network namespace at
-// nsPath with one `nft -f -`: nft sends the whole input as one netlink batch, which the
-// kernel commits atomically or not at all.
+// ApplyNFTables programs an nftables rendering (RenderNFTables, RenderNFTablesPartial) in the
+// network namespace at nsPath as one transaction, which the kernel commits atomically or not
+// at all. A full rendering (it begins with "add table") goes through `nft -f -`; a partial
+// one through netlink (applyNFTNetlink: no nft to start, no listing of the table's chains
+// before a deletion), or nft too if it holds something applyNFTNetlink does not translate.
 func ApplyNFTables(nsPath string, input []byte) error {
+	if !bytes.HasPrefix(input, []byte("add table ")) {
+		if err := applyNFTNetlink(nsPath, input); !errors.Is(err, errNFTUntranslated) {
+			return err
+		}
+	}
 	return run(nsPath, "nft", []string{"-f", "-"}, input)
 }

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"math/rand"
 	"reflect"
@@ -247,14 +249,32 @@ func TestNFTablesDeleteOrder(t *testing.T) {
 // A sequence of changes programmed with partial renderings (fixedSteps, then random ones)
 // leaves the kernel's table exactly as the full rendering of the same Services leaves a
 // fresh namespace.
+//
+// Partial inputs go through netlink (applyNFTNetlink), which must translate every one but
+// those with a numgen vmap (nft writes them); full ones through nft.
 func TestNFTablesPartialMatchesFull(t *testing.T) {
+	var netlinked, untranslated int
 	e := partialEngine{
 		render: func(prev any, svcs []Service, opt Options) ([]byte, any, Counts) {
 			p, _ := prev.(*NFTState)
 			return RenderNFTablesPartial(p, svcs, opt)
 		},
-		apply: ApplyNFTables,
-		list:  nftListing,
+		apply: func(ns string, in []byte) error {
+			if bytes.HasPrefix(in, []byte("add table ")) {
+				return ApplyNFTables(ns, in)
+			}
+			err := applyNFTNetlink(ns, in)
+			if !errors.Is(err, errNFTUntranslated) {
+				netlinked++
+				return err
+			}
+			if !bytes.Contains(in, []byte(" numgen random mod ")) {
+				t.Errorf("netlink did not translate an input without a numgen vmap: %v", err)
+			}
+			untranslated++
+			return ApplyNFTables(ns, in)
+		},
+		list: nftListing,
 	}
 	if n := checkSteps(t, e, "fixed steps", fixedSteps()); n != len(fixedSteps())-1 {
 		t.Errorf("only %d of the fixed steps were partial", n)
@@ -262,6 +282,10 @@ func TestNFTablesPartialMatchesFull(t *testing.T) {
 	const steps = 40
 	if n := checkPartialMatchesFull(t, e, steps); n < steps/2 {
 		t.Errorf("only %d of %d steps were partial", n, steps)
+	}
+	t.Logf("%d partial inputs through netlink, %d through nft", netlinked, untranslated)
+	if netlinked < steps/4 {
+		t.Errorf("only %d partial inputs went through netlink", netlinked)
 	}
 }
 

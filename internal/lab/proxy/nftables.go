@@ -116,9 +116,9 @@ var nftBaseChains = []struct {
 // 6.2 did not release a chain still referenced by a just deleted map element). Replacing the
 // table costs time proportional to all Services on every change (1 to 2 s for 10,000 on a
 // 2-core machine), so the lab also does partial syncs: RenderNFTablesPartial keeps the table
-// and writes only what changed (40 to 50 ms, rendering and nft together, to add one Service
-// to 10,000 there, most of it the kernel's check of the whole table for loops:
-// BenchmarkAddOneAt10k). This full rendering is what a partial one falls
+// and writes only what changed, which ApplyNFTables sends through netlink (about 30 ms to add
+// one Service to 10,000 there, most of it the kernel's check of the whole table for loops:
+// BenchmarkAddOneAt10k, BenchmarkServiceAddOneAt10k in internal/lab). This full rendering is what a partial one falls
 // back to (no state yet, a failed Apply, a change of the ruleset's base), and what the lab's
 // "full" sync mode measures.
 //

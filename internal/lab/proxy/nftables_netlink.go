@@ -15,11 +15,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nlMaxInput is the largest input applyNFTNetlink takes: github.com/google/nftables sends a
-// transaction in one sendmsg, which the socket refuses beyond its buffer (EMSGSIZE; 9,999
-// Services added at once are 5 MB), while nft spreads a large one over many. Single changes
-// are a few KB.
-const nlMaxInput = 128 << 10
+// nlMaxInput and nlMaxMessages bound what applyNFTNetlink takes; larger inputs go to nft.
+// github.com/google/nftables sends a transaction in one sendmsg, which the socket refuses
+// beyond its buffer (EMSGSIZE; 9,999 Services added at once are 5 MB), and reads the kernel's
+// replies only once all is sent: an ack for every message, carrying the message, and for every
+// rule its echo, which overflowed the receive buffer (ENOBUFS) when 99 Services were added in
+// one change. nft spreads a large transaction over many sendmsg calls and reads as it goes.
+// One Service with two ports is 14 messages to add and 10 to remove.
+const (
+	nlMaxInput    = 128 << 10
+	nlMaxMessages = 64
+)
 
 // errNFTUntranslated says that an nft input holds a command or a rule the netlink writer
 // does not translate; ApplyNFTables then runs nft with it.
@@ -67,6 +73,9 @@ func applyNFTNetlink(nsPath string, input []byte) error {
 	}
 	if len(b.ops) == 0 {
 		return nil
+	}
+	if len(b.ops) > nlMaxMessages {
+		return fmt.Errorf("%w: %d messages, more than the %d the replies have room for", errNFTUntranslated, len(b.ops), nlMaxMessages)
 	}
 	f, err := os.Open(nsPath)
 	if err != nil {

@@ -3,10 +3,14 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
@@ -75,6 +79,10 @@ func TestNFTNetlinkTranslates(t *testing.T) {
 	}
 	if err := applyNFTNetlink("/nonexistent", bytes.Repeat([]byte("x"), nlMaxInput+1)); !errors.Is(err, errNFTUntranslated) {
 		t.Errorf("an input too large for one message gives %v, want errNFTUntranslated", err)
+	}
+	many := strings.Repeat("flush chain ip kube-proxy x\n", nlMaxMessages+1)
+	if err := applyNFTNetlink("/nonexistent", []byte(many)); !errors.Is(err, errNFTUntranslated) {
+		t.Errorf("%d messages give %v, want errNFTUntranslated", nlMaxMessages+1, err)
 	}
 }
 
@@ -157,5 +165,29 @@ add map ip kube-proxy no-endpoint-nodeports { type inet_proto . inet_service : v
 	}
 	if e := b.elems[2][0]; e.VerdictData == nil || e.VerdictData.Kind != expr.VerdictDrop {
 		t.Errorf("element 2: %+v", e)
+	}
+}
+
+// The most messages applyNFTNetlink takes, every one a rule (the kernel echoes each and acks
+// it with a copy of it), fit the replies' buffer: the transaction succeeds in a node's table.
+func TestNFTNetlinkMostMessages(t *testing.T) {
+	ns, _ := netnstest.Scratch(t)
+	in, _, _ := RenderNFTablesPartial(nil, nftTestServices(), partialOpt())
+	if err := ApplyNFTables(ns, in); err != nil {
+		t.Fatal(err)
+	}
+	long := "endpoint-XXXXXXXX-" + strings.Repeat("n", 200)
+	var b strings.Builder
+	b.WriteString("add chain ip kube-proxy " + long + "\nadd chain ip kube-proxy " + long + " {")
+	for i := range nlMaxMessages - 1 {
+		fmt.Fprintf(&b, ` fib saddr type local jump mark-for-masquerade comment "%03d %s" ;`, i, strings.Repeat("c", 100))
+	}
+	b.WriteString(" }\n")
+	if err := applyNFTNetlink(ns, []byte(b.String())); err != nil {
+		t.Fatalf("%d messages: %v", nlMaxMessages, err)
+	}
+	out, err := exec.Command("nsenter", "--net="+ns, "nft", "list", "chain", "ip", NFTable, long).CombinedOutput()
+	if err != nil || bytes.Count(out, []byte("jump mark-for-masquerade")) != nlMaxMessages-1 {
+		t.Errorf("the chain does not hold the %d rules (%v):\n%s", nlMaxMessages-1, err, out)
 	}
 }

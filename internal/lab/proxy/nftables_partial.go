@@ -68,10 +68,13 @@ func nftBaseOf(opt Options) nftBase {
 // "delete" command (its cache), which for 10,000 Services (20,000 chains) costs about 50 ms
 // here, more than the change itself. "add chain NAME { rule ; rule ; }" adds rules and "add
 // map NAME { <its declaration> elements = { ... } ; }" adds elements with only the table in
-// nft's cache. Deletions cannot avoid the fetch: a rendering that deletes an element or a
-// chain (a Service or an endpoint that went away, a map element whose value changed) pays
-// it. What remains is the kernel's: a transaction that adds a jump or goto (every new
-// Service does) makes it check the whole table for loops, about 25 ms for 10,000 Services.
+// nft's cache. Deletions cannot avoid the fetch in nft: a rendering that deletes an element
+// or a chain (a Service or an endpoint that went away, a map element whose value changed)
+// pays it there. ApplyNFTables therefore sends these inputs through netlink itself
+// (applyNFTNetlink), which needs no cache at all, and runs nft only for what that does not
+// translate (a numgen vmap). What remains is the kernel's: a transaction that adds a jump or
+// goto (every new Service does) makes it check the whole table for loops, about 25 ms for
+// 10,000 Services.
 //
 // The input names only what changed, so its size does not depend on the number of Services.
 // Rendering it still looks at every Service, but renders again only those that differ from

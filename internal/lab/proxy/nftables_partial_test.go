@@ -268,7 +268,7 @@ func TestNFTablesPartialMatchesFull(t *testing.T) {
 				netlinked++
 				return err
 			}
-			if !bytes.Contains(in, []byte(" numgen random mod ")) {
+			if !bytes.Contains(in, []byte(" numgen random mod ")) && !strings.Contains(err.Error(), " messages, more than ") {
 				t.Errorf("netlink did not translate an input without a numgen vmap: %v", err)
 			}
 			untranslated++

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -216,11 +217,7 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 		}
 		spec.Ports = ports
 		s := &service{spec: spec, n: n, ip: fmt.Sprintf("%s.%d.%d", serviceBase, n/256, n%256)}
-		if byLabel != nil {
-			s.eps = selectIPs(byLabel, spec.Selector)
-		} else {
-			s.eps = l.selectIPsScan(spec.Selector)
-		}
+		s.eps = selectIPs(l.pods, byLabel, spec.Selector)
 		l.services[spec.Name] = s
 		l.insertService(s)
 		added = append(added, spec.Name)
@@ -262,35 +259,26 @@ func (l *Lab) forgetService(name string) bool {
 	return true
 }
 
-// selectIPsScan is selectIPs by a look at every pod (caller holds mu).
-func (l *Lab) selectIPsScan(sel map[string]string) []string {
+// selectIPs returns the sorted addresses of the pods whose labels include the selector:
+// among byLabel's pods with the selector's rarest label when there is an index, else among
+// all pods.
+func selectIPs(pods map[string]*pod, byLabel map[string][]*pod, sel map[string]string) []string {
 	if len(sel) == 0 {
 		return nil
 	}
+	candidates := maps.Values(pods)
+	if byLabel != nil {
+		var first string
+		for k, v := range sel { // the rarest label narrows the candidates most
+			if c := k + "=" + v; first == "" || len(byLabel[c]) < len(byLabel[first]) {
+				first = c
+			}
+		}
+		candidates = slices.Values(byLabel[first])
+	}
 	var ips []string
-	for _, p := range l.pods {
+	for p := range candidates {
 		if endpointCandidate(p) && cluster.Selects(sel, p.Labels) {
-			ips = append(ips, p.IP)
-		}
-	}
-	sort.Strings(ips)
-	return ips
-}
-
-// selectIPs returns the sorted addresses of the pods whose labels include the selector.
-func selectIPs(byLabel map[string][]*pod, sel map[string]string) []string {
-	if len(sel) == 0 {
-		return nil
-	}
-	var first string
-	for k, v := range sel { // the rarest label narrows the candidates most
-		if c := k + "=" + v; first == "" || len(byLabel[c]) < len(byLabel[first]) {
-			first = c
-		}
-	}
-	var ips []string
-	for _, p := range byLabel[first] {
-		if cluster.Selects(sel, p.Labels) {
 			ips = append(ips, p.IP)
 		}
 	}
@@ -348,7 +336,7 @@ func (l *Lab) programServices() error {
 	}
 	if len(nodes) > 0 {
 		for _, p := range l.pods {
-			if _, ok := nodes[p.IP]; ok && p.IP != "" && !p.HostNetwork {
+			if _, ok := nodes[p.IP]; ok && endpointCandidate(p) {
 				nodes[p.IP] = p.Node
 			}
 		}

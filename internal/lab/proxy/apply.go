@@ -103,14 +103,12 @@ func run(nsPath, tool string, args []string, stdin []byte) error {
 
 // ApplyNFTables programs an nftables rendering (RenderNFTables, RenderNFTablesPartial) in the
 // network namespace at nsPath as one transaction, which the kernel commits atomically or not
-// at all. A full rendering (it begins with "add table") goes through `nft -f -`; a partial
-// one through netlink (applyNFTNetlink: no nft to start, no listing of the table's chains
-// before a deletion), or nft too if it holds something applyNFTNetlink does not translate.
+// at all: through netlink if applyNFTNetlink translates it (a partial rendering of a small
+// change: no nft to start, no listing of the table's chains before a deletion), else with
+// `nft -f -` (a full rendering, whose "add table" it does not translate, or a large change).
 func ApplyNFTables(nsPath string, input []byte) error {
-	if !bytes.HasPrefix(input, []byte("add table ")) {
-		if err := applyNFTNetlink(nsPath, input); !errors.Is(err, errNFTUntranslated) {
-			return err
-		}
+	if err := applyNFTNetlink(nsPath, input); !errors.Is(err, errNFTUntranslated) {
+		return err
 	}
 	return run(nsPath, "nft", []string{"-f", "-"}, input)
 }

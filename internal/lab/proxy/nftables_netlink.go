@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -56,8 +57,9 @@ var errNFTUntranslated = errors.New("not translated to netlink")
 // about 30 ms for 10,000 Services here), and netlink changes nothing there.
 //
 // The rules are the expressions nft itself generates for the same text (nft --debug=netlink),
-// so `nft list` shows the table as if nft had written it; TestNFTablesNetlinkMatchesNft
-// holds the two against each other on the running kernel.
+// so `nft list` shows the table as if nft had written it: TestNFTNetlinkRulesAsNft holds each
+// rule form against nft's on the running kernel, TestNFTablesPartialMatchesFull whole
+// sequences of changes against full renderings.
 func applyNFTNetlink(nsPath string, input []byte) error {
 	if len(input) > nlMaxInput {
 		return fmt.Errorf("%w: %d bytes, more than one netlink message takes", errNFTUntranslated, len(input))
@@ -165,7 +167,7 @@ func (b *nlBatch) command(line string) error {
 		if err != nil {
 			return err
 		}
-		i := index(body, "elements")
+		i := slices.Index(body, "elements")
 		if i < 0 || i+1 >= len(body) || body[i+1] != "=" {
 			return errors.New("a declaration without elements")
 		}
@@ -217,7 +219,7 @@ func (b *nlBatch) elements(set nlSetT, tok []string) ([]nftables.SetElement, err
 	var out []nftables.SetElement
 	for _, e := range splitOn(body, ",") {
 		var el nftables.SetElement
-		if i := index(e, ":"); i >= 0 {
+		if i := slices.Index(e, ":"); i >= 0 {
 			if !set.s.IsMap {
 				return nil, errors.New("a value in a set")
 			}
@@ -227,7 +229,7 @@ func (b *nlBatch) elements(set nlSetT, tok []string) ([]nftables.SetElement, err
 			}
 			el.VerdictData, e = v, e[:i]
 		}
-		if i := index(e, "comment"); i >= 0 {
+		if i := slices.Index(e, "comment"); i >= 0 {
 			if i+2 != len(e) {
 				return nil, errors.New("text after an element's comment")
 			}
@@ -361,15 +363,13 @@ func (b *nlBatch) rule(chain *nftables.Chain, tok []string) error {
 			r.UserData = userdata.AppendString(nil, userdata.TypeComment, c)
 			tok = tok[2:]
 		default:
-			v, err := verdict(tok[:min(2, len(tok))])
-			if err != nil {
-				if v, err = verdict(tok[:1]); err != nil {
-					return fmt.Errorf("unknown statement at %q", strings.Join(tok, " "))
-				}
-			}
 			n := 1
-			if v.Chain != "" {
-				n = 2
+			if tok[0] == "goto" || tok[0] == "jump" {
+				n = min(2, len(tok))
+			}
+			v, err := verdict(tok[:n])
+			if err != nil {
+				return fmt.Errorf("unknown statement at %q", strings.Join(tok, " "))
 			}
 			r.Exprs, tok = append(r.Exprs, v), tok[n:]
 		}
@@ -476,13 +476,4 @@ func splitOn(tok []string, sep string) [][]string {
 		}
 	}
 	return append(out, tok[start:])
-}
-
-func index(tok []string, s string) int {
-	for i, t := range tok {
-		if t == s {
-			return i
-		}
-	}
-	return -1
 }

@@ -191,3 +191,54 @@ func TestNFTNetlinkMostMessages(t *testing.T) {
 		t.Errorf("the chain does not hold the %d rules (%v):\n%s", nlMaxMessages-1, err, out)
 	}
 }
+
+// Every rule form the netlink writer knows is the rule nft writes for the same text: the
+// kernel's expressions for a chain filled through applyNFTNetlink and for one filled by
+// `nft -f` list alike under `nft --debug=netlink`, comments (user data) included.
+func TestNFTNetlinkRulesAsNft(t *testing.T) {
+	ns, _ := netnstest.Scratch(t)
+	if out, err := exec.Command("nsenter", "--net="+ns, "nft", "add table ip "+NFTable+" ; add chain ip "+NFTable+" mark-for-masquerade ; add chain ip "+NFTable+" x").CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+	rules := []string{
+		"ip daddr 10.96.39.26 ip saddr != 10.244.0.0/16 jump mark-for-masquerade",
+		"ip saddr 10.244.0.0/20 goto x",
+		"ip saddr 10.244.39.16 jump mark-for-masquerade",
+		"meta l4proto tcp dnat to 10.244.39.16:8080",
+		"meta l4proto udp dnat to 10.244.39.17:53",
+		`ip saddr 10.244.0.0/16 goto x comment "short-circuit pod traffic"`,
+		`fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"`,
+		`fib saddr type local goto x comment "short-circuit local traffic"`,
+		"jump mark-for-masquerade",
+		"goto x",
+	}
+	listing := func(chain string) string {
+		out, err := exec.Command("nsenter", "--net="+ns, "nft", "--debug=netlink", "list", "chain", "ip", NFTable, chain).CombinedOutput()
+		if err != nil {
+			t.Fatalf("nft list chain %s: %v: %s", chain, err, out)
+		}
+		var exprs []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "[") || strings.HasPrefix(l, "userdata") {
+				exprs = append(exprs, l)
+			}
+		}
+		return strings.Join(exprs, "\n")
+	}
+	for i, r := range rules {
+		byNft, byNetlink := fmt.Sprintf("nft%d", i), fmt.Sprintf("nl%d", i)
+		in := fmt.Sprintf("add chain ip %s %s\nadd chain ip %[1]s %[2]s { %s ; }\n", NFTable, byNft, r)
+		cmd := exec.Command("nsenter", "--net="+ns, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(in)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("nft -f: %v: %s", err, out)
+		}
+		if err := applyNFTNetlink(ns, []byte(strings.ReplaceAll(in, byNft, byNetlink))); err != nil {
+			t.Fatalf("%s: %v", r, err)
+		}
+		want, got := listing(byNft), listing(byNetlink)
+		if want == "" || got != want {
+			t.Errorf("%s:\nthrough netlink\n%s\nby nft\n%s", r, got, want)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/cnibench/cnibench/internal/stats"
 )
 
 // partialBenchEngine is a proxy with partial syncs as BenchmarkAddOneAt10k drives it.
@@ -105,4 +107,67 @@ func benchAddOne(b *testing.B, e partialBenchEngine, opt Options) {
 	b.ReportMetric(float64(size), "partial_input_B")
 	b.ReportMetric(float64(changed), "changed")
 	b.ReportMetric(0, "ns/op") // the seconds above say it better
+}
+
+// BenchmarkNFTNetlinkVsNft adds one Service to 10,000 (a partial rendering) and removes it
+// again, through netlink (applyNFTNetlink, what ApplyNFTables does with a partial input) and
+// through `nft -f`, the two ways alternating which goes first, in one namespace. Reported: the
+// mean times, and nft's over netlink's paired by iteration with its 95 % interval (ratio_lo,
+// ratio_hi), for the addition and the removal:
+//
+//	go test -run '^$' -bench NFTNetlinkVsNft -benchtime 20x ./internal/lab/proxy/
+func BenchmarkNFTNetlinkVsNft(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	ns := benchNS(b)
+	opt := Options{ClusterCIDR: "10.244.0.0/16"}
+	svcs := benchSvcs(benchServices + 1)
+	in, st, _ := RenderNFTablesPartial(nil, svcs[:benchServices], opt)
+	if err := ApplyNFTables(ns, in); err != nil {
+		b.Fatal(err)
+	}
+	add, st2, _ := RenderNFTablesPartial(st, svcs, opt)
+	del, _, _ := RenderNFTablesPartial(st2, svcs[:benchServices], opt)
+	ways := map[string]func([]byte) error{
+		"netlink": func(in []byte) error { return applyNFTNetlink(ns, in) },
+		"nft":     func(in []byte) error { return run(ns, "nft", []string{"-f", "-"}, in) },
+	}
+	took := map[string]map[int]float64{} // "<way> add|remove" -> iteration -> ms
+	for i := range b.N {
+		order := []string{"netlink", "nft"}
+		if i%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, w := range order {
+			for _, step := range []struct {
+				what string
+				in   []byte
+			}{{"add", add}, {"remove", del}} {
+				t0 := time.Now()
+				if err := ways[w](step.in); err != nil {
+					b.Fatalf("%s %s: %v", w, step.what, err)
+				}
+				k := w + " " + step.what
+				if took[k] == nil {
+					took[k] = map[int]float64{}
+				}
+				took[k][i] = float64(time.Since(t0).Microseconds()) / 1000
+			}
+		}
+	}
+	for _, what := range []string{"add", "remove"} {
+		for _, w := range []string{"netlink", "nft"} {
+			sum := 0.0
+			for _, v := range took[w+" "+what] {
+				sum += v
+			}
+			b.ReportMetric(sum/float64(b.N), what+"_"+w+"_ms")
+		}
+		r := stats.PairedRatio(took["nft "+what], took["netlink "+what])
+		b.ReportMetric(r.Ratio, what+"_nft/netlink")
+		b.ReportMetric(r.CI95Low, what+"_ratio_lo")
+		b.ReportMetric(r.CI95High, what+"_ratio_hi")
+	}
+	b.ReportMetric(0, "ns/op")
 }

@@ -185,11 +185,15 @@ type Lab struct {
 	gw     net.IP // underlay gateway address (on the fabric bridge)
 	ulMask net.IPMask
 
-	mu    sync.Mutex
-	pods  map[string]*pod
-	procs map[*proc]bool
-	cpus  cpuState // exclusive CPUs and the shared pool (podcpu.go)
-	bare  int
+	mu   sync.Mutex
+	pods map[string]*pod
+	// byLabel are the pods by label ("key=value"), to resolve Service selectors.
+	byLabel map[string]map[*pod]bool
+	procs   map[*proc]bool
+	cpus    cpuState // exclusive CPUs and the shared pool (podcpu.go)
+	// agentCPUs are the CPUs the nodes' agents run on (agents.go).
+	agentCPUs []int
+	bare      int
 	// chains are the service-function chains, by their client's and their server's pod name.
 	chains   map[string]*nf.Chain
 	chainSeq int
@@ -241,7 +245,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the lab backend needs root (network namespaces): run as root")
 	}
-	l = &Lab{cfg: cfg, dp: dp, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, procs: map[*proc]bool{}, cpus: cpuState{held: map[int]string{}}, chains: map[string]*nf.Chain{}, services: map[string]*service{}, nodePorts: map[int]bool{},
+	l = &Lab{cfg: cfg, dp: dp, fabric: cfg.Prefix + "-fab", pods: map[string]*pod{}, byLabel: map[string]map[*pod]bool{}, procs: map[*proc]bool{}, cpus: cpuState{held: map[int]string{}}, agentCPUs: agentCPUs(), chains: map[string]*nf.Chain{}, services: map[string]*service{}, nodePorts: map[int]bool{},
 		holders: map[string]*holder{}, programmed: map[string]float64{}, policies: map[string]networkingv1.NetworkPolicy{}, extIPs: map[string]bool{},
 		tracks: map[*endpointTrack]bool{}}
 	defer func() {
@@ -350,6 +354,7 @@ func (l *Lab) createPod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod,
 	}
 	p := &pod{Pod: cluster.Pod{Name: spec.Name, Node: n.name, Labels: spec.Labels, HostNetwork: spec.HostNetwork, Ports: spec.Ports}}
 	l.pods[spec.Name] = p // reserve the name
+	l.indexLabels(p, true)
 	l.mu.Unlock()
 	if spec.CPU != (cluster.CPU{}) {
 		if spec.Silent || spec.External {
@@ -412,6 +417,9 @@ func (l *Lab) forget(name string) {
 	l.mu.Lock()
 	p := l.pods[name]
 	delete(l.pods, name)
+	if p != nil {
+		l.indexLabels(p, false)
+	}
 	l.mu.Unlock()
 	if p != nil {
 		_ = l.releaseCPU(p) // a pod that failed to come up; deletePod releases first, with errors
@@ -473,6 +481,7 @@ func (l *Lab) Facts() cluster.Facts {
 		"emulates": l.dp.Preset.Emulates, "underlay_mtu": l.cfg.MTU, "nodes": l.cfg.Nodes,
 		"proxy_sync": l.proxySync(), "policy_sync": l.policySync(), "cluster_cidr": l.cfg.ClusterCIDR, "underlay_cidr": l.cfg.UnderlayCIDR, "prefix": l.cfg.Prefix,
 		"cpu_accounting": "lab nodes share the host kernel: node CPU figures are host-wide /proc/stat",
+		"agent_cpus":     l.agentFacts(),
 	}
 	for k, v := range l.dp.Overlay.Facts(l.dp.Preset) {
 		details[k] = v

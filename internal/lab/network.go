@@ -188,6 +188,21 @@ func (l *Lab) buildPodNetwork() error {
 
 // blocks are the address blocks other nodes route to this node: its pod CIDR and its
 // silent-pod block.
+// nodeOfIP is the name of the node whose pod address blocks hold ip, "" if none: where a pod
+// with that address lives (every pod on the pod network has its address from its node's
+// blocks; the routes between the nodes rely on it).
+func (l *Lab) nodeOfIP(ip string) string {
+	a := net.ParseIP(ip)
+	for _, n := range l.nodes {
+		for _, b := range n.blocks() {
+			if b.Contains(a) {
+				return n.name
+			}
+		}
+	}
+	return ""
+}
+
 func (n *node) blocks() []*net.IPNet {
 	if n.silentCIDR == nil {
 		return []*net.IPNet{n.podCIDR}

@@ -112,7 +112,7 @@ func (l *Lab) programPolicies() error {
 	if l.polState == nil {
 		l.polState = make([]any, len(l.nodes))
 	}
-	err := cluster.Parallel(context.Background(), len(l.nodes), len(l.nodes), func(i int) error {
+	err := l.agentsDo(func(i int) error {
 		n := l.nodes[i]
 		local := make([]policy.Pod, len(pods))
 		for j, p := range pods {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -98,8 +97,8 @@ func (l *Lab) insertService(s *service) {
 func (s *service) proxiedFresh() bool { return s.proxied != nil && slices.Equal(s.proxiedEps, s.eps) }
 
 // proxiedNow returns s.proxied, made again if s's endpoints changed since (caller holds mu);
-// nodeOf has the endpoints' nodes by address.
-func (s *service) proxiedNow(prefix string, nodeOf map[string]string) []proxy.Service {
+// nodeOf gives an endpoint's node by its address.
+func (s *service) proxiedNow(prefix string, nodeOf func(ip string) string) []proxy.Service {
 	if s.proxiedFresh() {
 		return s.proxied
 	}
@@ -112,7 +111,7 @@ func (s *service) proxiedNow(prefix string, nodeOf map[string]string) []proxy.Se
 		ps := proxy.Service{Namespace: prefix, Name: s.spec.Name, PortName: p.Name, ClusterIP: s.ip, Port: p.Port,
 			Protocol: strings.ToLower(p.Protocol), NodePort: p.NodePort, ExternalLocal: s.spec.NodePort && s.spec.ExternalLocal}
 		for _, ip := range s.eps {
-			ps.Endpoints = append(ps.Endpoints, proxy.Endpoint{IP: ip, Port: target, Node: nodeOf[ip]})
+			ps.Endpoints = append(ps.Endpoints, proxy.Endpoint{IP: ip, Port: target, Node: nodeOf(ip)})
 		}
 		out = append(out, ps)
 	}
@@ -171,20 +170,6 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 		}
 	}
 	l.mu.Lock()
-	// "key=value" -> pods, to resolve 10,000 selectors quickly; a few selectors look at the
-	// pods once each instead (an index of 10,000 pods costs more than that, and a change of
-	// one Service waits for it).
-	var byLabel map[string][]*pod
-	if len(specs) > 8 {
-		byLabel = map[string][]*pod{}
-		for _, p := range l.pods {
-			if endpointCandidate(p) {
-				for k, v := range p.Labels {
-					byLabel[k+"="+v] = append(byLabel[k+"="+v], p)
-				}
-			}
-		}
-	}
 	out := make([]cluster.Service, len(specs))
 	var added []string
 	var err error
@@ -217,7 +202,7 @@ func (l *Lab) CreateServices(ctx context.Context, specs []cluster.ServiceSpec) (
 		}
 		spec.Ports = ports
 		s := &service{spec: spec, n: n, ip: fmt.Sprintf("%s.%d.%d", serviceBase, n/256, n%256)}
-		s.eps = selectIPs(l.pods, byLabel, spec.Selector)
+		s.eps = l.selectIPs(spec.Selector)
 		l.services[spec.Name] = s
 		l.insertService(s)
 		added = append(added, spec.Name)
@@ -259,31 +244,43 @@ func (l *Lab) forgetService(name string) bool {
 	return true
 }
 
-// selectIPs returns the sorted addresses of the pods whose labels include the selector:
-// among byLabel's pods with the selector's rarest label when there is an index, else among
-// all pods.
-func selectIPs(pods map[string]*pod, byLabel map[string][]*pod, sel map[string]string) []string {
+// selectIPs returns the sorted addresses of the endpoint candidates whose labels include the
+// selector, looked for among the pods with the selector's rarest label (caller holds mu).
+func (l *Lab) selectIPs(sel map[string]string) []string {
 	if len(sel) == 0 {
 		return nil
 	}
-	candidates := maps.Values(pods)
-	if byLabel != nil {
-		var first string
-		for k, v := range sel { // the rarest label narrows the candidates most
-			if c := k + "=" + v; first == "" || len(byLabel[c]) < len(byLabel[first]) {
-				first = c
-			}
+	var rarest map[*pod]bool
+	for k, v := range sel {
+		if c := l.byLabel[k+"="+v]; rarest == nil || len(c) < len(rarest) {
+			rarest = c
 		}
-		candidates = slices.Values(byLabel[first])
 	}
 	var ips []string
-	for p := range candidates {
+	for p := range rarest {
 		if endpointCandidate(p) && cluster.Selects(sel, p.Labels) {
 			ips = append(ips, p.IP)
 		}
 	}
 	sort.Strings(ips)
 	return ips
+}
+
+// indexLabels adds p to l.byLabel (add) or takes it out (caller holds mu).
+func (l *Lab) indexLabels(p *pod, add bool) {
+	for k, v := range p.Labels {
+		kv := k + "=" + v
+		switch {
+		case add && l.byLabel[kv] == nil:
+			l.byLabel[kv] = map[*pod]bool{p: true}
+		case add:
+			l.byLabel[kv][p] = true
+		default:
+			if delete(l.byLabel[kv], p); len(l.byLabel[kv]) == 0 {
+				delete(l.byLabel, kv)
+			}
+		}
+	}
 }
 
 // DeleteServices implements cluster.Cluster: one reprogramming for all of them.
@@ -324,26 +321,10 @@ func (l *Lab) programServices() error {
 	tracked := l.trackedEndpoints()
 	// Services in name order, each as it was last time unless its endpoints changed: the
 	// partial renderings sort them (already sorted, that is a pass) and compare them with
-	// their previous ones, and a change of one Service among 10,000 costs little. The nodes
-	// of the endpoints of those that changed are looked up in one pass over the pods.
-	nodes := map[string]string{}
-	for _, s := range l.svcOrder {
-		if !s.proxiedFresh() {
-			for _, ip := range s.eps {
-				nodes[ip] = ""
-			}
-		}
-	}
-	if len(nodes) > 0 {
-		for _, p := range l.pods {
-			if _, ok := nodes[p.IP]; ok && endpointCandidate(p) {
-				nodes[p.IP] = p.Node
-			}
-		}
-	}
+	// their previous ones, and a change of one Service among 10,000 costs little.
 	svcs := make([]proxy.Service, 0, len(l.svcOrder))
 	for _, s := range l.svcOrder {
-		svcs = append(svcs, s.proxiedNow(l.cfg.Prefix, nodes)...)
+		svcs = append(svcs, s.proxiedNow(l.cfg.Prefix, l.nodeOfIP)...)
 	}
 	if len(l.svcChains) != len(l.nodes) {
 		l.svcChains = make([][]string, len(l.nodes))
@@ -363,7 +344,7 @@ func (l *Lab) programServices() error {
 	if l.svcState == nil {
 		l.svcState = make([]any, len(l.nodes))
 	}
-	err := cluster.Parallel(context.Background(), len(l.nodes), len(l.nodes), func(i int) error {
+	err := l.agentsDo(func(i int) error {
 		n := l.nodes[i]
 		t0 := time.Now()
 		opt := proxy.Options{ClusterCIDR: l.cfg.ClusterCIDR, ServiceCIDR: serviceBase + ".0.0/16", Stale: stale[i],

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cnibench/cnibench/internal/afpacket"
+	"github.com/cnibench/cnibench/internal/cpupin"
 )
 
 // The user-space VNF of seed 002: a single-threaded UDP forwarder that takes each datagram
@@ -78,11 +79,11 @@ func RunFwd(ctx context.Context, o FwdOptions) (FwdResult, error) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	restore, err := pin(o.CPU)
+	restore, err := cpupin.Pin(o.CPU)
 	if err != nil {
 		return res, err
 	}
-	defer restore()
+	defer func() { _ = restore() }()
 	in, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return res, err

@@ -6,11 +6,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cnibench/cnibench/internal/cpupin"
 	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/netns/netnstest"
 )
@@ -67,16 +67,17 @@ func (p nsPair) trial(t testing.TB, o GenOptions, recvEngine string, recvCPU int
 	}
 	done := make(chan recvOut, 1)
 	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		restore, err := pin(recvCPU)
-		if err != nil {
+		var res RecvResult
+		ran := false
+		err := cpupin.Run(recvCPU, func() error {
+			var err error
+			ran = true
+			res, err = receive(ctx, rx, RecvConfig{})
+			return err
+		})
+		if !ran {
 			_ = rx.Close()
-			done <- recvOut{err: err}
-			return
 		}
-		defer restore()
-		res, err := receive(ctx, rx, RecvConfig{})
 		done <- recvOut{res, err}
 	}()
 	if o.Engine == "" {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cnibench/cnibench/internal/cpupin"
 )
 
 // GenOptions are a generator run of `cnibench pkt gen`: where to, through what, and GenConfig
@@ -44,11 +46,11 @@ func RunGen(ctx context.Context, o GenOptions) (GenResult, error) {
 		return GenResult{}, err
 	}
 	o.Addrs = Addrs{SrcMAC: p.SrcMAC, DstMAC: p.DstMAC, Src: p.Src, Dst: o.Dst, SrcPort: o.SrcPort, DstPort: o.DstPort}
-	restore, err := pin(o.CPU)
+	restore, err := cpupin.Pin(o.CPU)
 	if err != nil {
 		return GenResult{}, err
 	}
-	defer restore()
+	defer func() { _ = restore() }()
 	return Generate(ctx, e, p.Iface, o.GenConfig)
 }
 
@@ -85,11 +87,11 @@ func RunRecv(ctx context.Context, o RecvOptions) (RecvResult, error) {
 		}
 		defer closeSink()
 	}
-	restore, err := pin(o.CPU)
+	restore, err := cpupin.Pin(o.CPU)
 	if err != nil {
 		return RecvResult{}, err
 	}
-	defer restore()
+	defer func() { _ = restore() }()
 	return Receive(ctx, e, ifc, o.RecvConfig)
 }
 
@@ -114,21 +116,4 @@ func Sink(port int) (closeSink func(), err error) {
 		return nil, fmt.Errorf("sink on UDP port %d (in use? --sink-port 0 goes without): %w", port, err)
 	}
 	return func() { unix.Close(fd) }, nil
-}
-
-// pin allows the calling (locked) thread only on cpu (when >= 0); restore gives it its former
-// CPU set back.
-func pin(cpu int) (restore func(), err error) {
-	if cpu < 0 {
-		return func() {}, nil
-	}
-	var orig, set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &orig); err != nil {
-		return nil, fmt.Errorf("read the thread's CPU set: %w", err)
-	}
-	set.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		return nil, fmt.Errorf("pin the thread to CPU %d: %w", cpu, err)
-	}
-	return func() { _ = unix.SchedSetaffinity(0, &orig) }, nil
 }

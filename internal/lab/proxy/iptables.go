@@ -174,18 +174,9 @@ func RenderIPTables(svcs []Service, opt Options) ([]byte, Counts) {
 // cluster CIDR, is not rendered again: prev's part is taken as it is, and the writer
 // collects no text (RenderIPTablesPartial writes its own).
 func buildIPT(svcs []Service, opt Options, prev *IPTState) *iptWriter {
-	var keys []string
-	if prev == nil {
-		svcs = sortedServices(svcs)
-		keys = make([]string, len(svcs))
-		for i, s := range svcs {
-			keys[i] = s.svcKey()
-		}
-	} else {
-		keys, svcs = sortedByKey(svcs)
-	}
+	svcs = sortedServices(svcs)
 	w := &iptWriter{cnt: Counts{Services: len(svcs)}, nodePorts: hasNodePorts(svcs), noText: prev != nil,
-		keys: keys, svcs: svcs, frags: make([]*iptFrag, len(svcs))}
+		svcs: svcs, frags: make([]*iptFrag, len(svcs))}
 	for _, c := range []string{"KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-MARK-MASQ"} {
 		w.chain(c)
 	}
@@ -200,9 +191,9 @@ func buildIPT(svcs []Service, opt Options, prev *IPTState) *iptWriter {
 	j := 0 // prev's Services, in the same order
 	for i, s := range svcs {
 		if reuse {
-			for ; j < len(prev.keys) && prev.keys[j] < keys[i]; j++ {
+			for ; j < len(prev.svcs) && cmpServices(&prev.svcs[j], &svcs[i]) < 0; j++ {
 			}
-			if j < len(prev.keys) && prev.keys[j] == keys[i] && sameService(prev.svcs[j], s) {
+			if j < len(prev.svcs) && cmpServices(&prev.svcs[j], &svcs[i]) == 0 && sameService(prev.svcs[j], s) {
 				w.svcs[i], w.frags[i] = prev.svcs[j], prev.frags[j]
 				w.replay(w.frags[i])
 				continue
@@ -236,9 +227,8 @@ type iptWriter struct {
 	// KUBE-NODEPORTS).
 	head, tail []iptRule
 	after      bool // the Services are written: the rules go to the tail
-	// keys, svcs and frags are the Services (by sort key, as rendered) and their parts;
-	// frag is the part being written.
-	keys  []string
+	// svcs and frags are the Services (in sortedServices' order, as rendered) and their
+	// parts; frag is the part being written.
 	svcs  []Service
 	frags []*iptFrag
 	frag  *iptFrag

@@ -14,7 +14,6 @@ import (
 // node it was applied to, and only if that Apply succeeded; it is never modified, so a failed
 // Apply leaves the previous state usable.
 type IPTState struct {
-	keys              []string
 	svcs              []Service
 	frags             []*iptFrag
 	nodePorts, filter bool
@@ -52,7 +51,7 @@ var iptAlways = []string{"KUBE-SERVICES", nodePortsChain}
 // counters of the chains the input leaves alone; nothing in the lab reads them.)
 func RenderIPTablesPartial(prev *IPTState, svcs []Service, opt Options) ([]byte, *IPTState, Counts) {
 	w := buildIPT(svcs, opt, prev)
-	next := &IPTState{keys: w.keys, svcs: w.svcs, frags: w.frags, nodePorts: w.nodePorts, node: opt.NodeName, clusterCIDR: opt.ClusterCIDR}
+	next := &IPTState{svcs: w.svcs, frags: w.frags, nodePorts: w.nodePorts, node: opt.NodeName, clusterCIDR: opt.ClusterCIDR}
 	for _, f := range w.frags {
 		next.filter = next.filter || len(f.filter) > 0
 	}
@@ -70,11 +69,11 @@ func RenderIPTablesPartial(prev *IPTState, svcs []Service, opt Options) ([]byte,
 	}
 	j := 0 // prev's Services, in the same order: a merge of the two lists
 	for i, f := range w.frags {
-		for ; j < len(prev.keys) && prev.keys[j] < w.keys[i]; j++ {
+		for ; j < len(prev.svcs) && cmpServices(&prev.svcs[j], &w.svcs[i]) < 0; j++ {
 			gone = append(gone, prev.frags[j].chains...)
 		}
 		old := &iptFrag{}
-		if j < len(prev.keys) && prev.keys[j] == w.keys[i] {
+		if j < len(prev.svcs) && cmpServices(&prev.svcs[j], &w.svcs[i]) == 0 {
 			old = prev.frags[j]
 			j++
 		}
@@ -93,7 +92,7 @@ func RenderIPTablesPartial(prev *IPTState, svcs []Service, opt Options) ([]byte,
 			}
 		}
 	}
-	for ; j < len(prev.keys); j++ {
+	for ; j < len(prev.svcs); j++ {
 		gone = append(gone, prev.frags[j].chains...)
 	}
 

@@ -22,11 +22,11 @@ func ipvsTestServices() []Service {
 func TestRenderIPVS(t *testing.T) {
 	svcs := ipvsTestServices()
 	r, cnt := RenderIPVSParts(svcs, Options{ClusterCIDR: "10.244.0.0/16"})
-	// Ordered by port key + protocol ("cnb/dns:dns-tcptcp" < "cnb/dns:dnsudp" < "cnb/webtcp"),
-	// endpoints by address. A port without endpoints keeps its virtual server.
-	wantAdm := `-A -t 10.96.0.11:53 -s rr
--A -u 10.96.0.11:53 -s rr
+	// Ordered by namespace, name, port name and protocol (cnb/dns/dns/udp < cnb/dns/dns-tcp/tcp
+	// < cnb/web//tcp), endpoints by address. A port without endpoints keeps its virtual server.
+	wantAdm := `-A -u 10.96.0.11:53 -s rr
 -a -u 10.96.0.11:53 -r 10.244.0.7:53 -m -w 1
+-A -t 10.96.0.11:53 -s rr
 -A -t 10.96.0.10:80 -s rr
 -a -t 10.96.0.10:80 -r 10.244.0.7:8080 -m -w 1
 -a -t 10.96.0.10:80 -r 10.244.1.3:8080 -m -w 1
@@ -36,8 +36,8 @@ func TestRenderIPVS(t *testing.T) {
 	}
 	wantSet := `create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536 comment
 create KUBE-LOOP-BACK hash:ip,port,ip family inet hashsize 1024 maxelem 65536 comment
-add KUBE-CLUSTER-IP 10.96.0.11,tcp:53 comment "Kubernetes service cluster ip + port for masquerade purpose"
 add KUBE-CLUSTER-IP 10.96.0.11,udp:53 comment "Kubernetes service cluster ip + port for masquerade purpose"
+add KUBE-CLUSTER-IP 10.96.0.11,tcp:53 comment "Kubernetes service cluster ip + port for masquerade purpose"
 add KUBE-CLUSTER-IP 10.96.0.10,tcp:80 comment "Kubernetes service cluster ip + port for masquerade purpose"
 add KUBE-LOOP-BACK 10.244.0.7,udp:53,10.244.0.7 comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"
 add KUBE-LOOP-BACK 10.244.0.7,tcp:8080,10.244.0.7 comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"

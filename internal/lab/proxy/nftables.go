@@ -237,12 +237,11 @@ type nftFrag struct {
 }
 
 // nftModel is a rendering before it is written out: the base and one fragment per Service
-// port, in order (keys are the order's sort keys, svcs the Services as rendered), and how
+// port, in order (sortedServices'; svcs are the Services as rendered), and how
 // many Service ports have each ClusterIP (the cluster-ips set has each once: the ports of a
 // Service share it).
 type nftModel struct {
 	base      *nftFrag
-	keys      []string
 	svcs      []Service
 	frags     []*nftFrag
 	ipCount   map[string]int
@@ -273,17 +272,12 @@ func (f *nftFrag) rule(chain, format string, args ...any) {
 	panic("nftables rendering: rule for undeclared chain " + chain)
 }
 
-// svcKey is the key sortedServices orders Services by (TestSortKeys checks that they
-// agree).
-func (s Service) svcKey() string { return s.PortKey() + s.Protocol }
-
 func buildNFT(svcs []Service, opt Options) nftModel {
 	svcs = sortedServices(svcs)
-	m := nftModel{base: &nftFrag{}, nodePorts: hasNodePorts(svcs), keys: make([]string, len(svcs)), svcs: svcs,
+	m := nftModel{base: &nftFrag{}, nodePorts: hasNodePorts(svcs), svcs: svcs,
 		frags: make([]*nftFrag, len(svcs)), ipCount: make(map[string]int, len(svcs))}
 	m.base.base(m.nodePorts, opt)
 	for i, s := range svcs {
-		m.keys[i] = s.svcKey()
 		m.svcs[i].Endpoints = slices.Clone(s.Endpoints) // the caller's may change later
 		m.frags[i] = nftService(s, opt)
 		m.ipCount[s.ClusterIP]++

@@ -87,8 +87,8 @@ func RenderNFTablesPartial(prev *NFTState, svcs []Service, opt Options) ([]byte,
 		return m.full(), &NFTState{m: m, node: opt.NodeName, base: base}, m.cnt
 	}
 	pm := &prev.m
-	keys, sorted := sortedByKey(svcs)
-	m := nftModel{base: pm.base, nodePorts: pm.nodePorts, keys: keys, svcs: sorted, frags: make([]*nftFrag, len(sorted))}
+	sorted := sortedServices(svcs)
+	m := nftModel{base: pm.base, nodePorts: pm.nodePorts, svcs: sorted, frags: make([]*nftFrag, len(sorted))}
 	m.cnt = Counts{Services: len(sorted), Names: make([]string, 0, len(pm.cnt.Names)+8)}
 	m.cnt.add(m.base)
 	var ch nftChange
@@ -100,15 +100,15 @@ func RenderNFTablesPartial(prev *NFTState, svcs []Service, opt Options) ([]byte,
 	}
 	j := 0 // prev's Services, in the same order: a merge of the two lists
 	for i, s := range sorted {
-		for ; j < len(pm.keys) && pm.keys[j] < keys[i]; j++ {
+		for ; j < len(pm.svcs) && cmpServices(&pm.svcs[j], &sorted[i]) < 0; j++ {
 			ch.update(pm.frags[j], nil)
 			ipsGone = append(ipsGone, pm.svcs[j].ClusterIP)
 		}
-		switch {
-		case j < len(pm.keys) && pm.keys[j] == keys[i] && opt.NodeName == prev.node && sameService(pm.svcs[j], s):
+		switch same := j < len(pm.svcs) && cmpServices(&pm.svcs[j], &sorted[i]) == 0; {
+		case same && opt.NodeName == prev.node && sameService(pm.svcs[j], s):
 			m.svcs[i], m.frags[i] = pm.svcs[j], pm.frags[j]
 			j++
-		case j < len(pm.keys) && pm.keys[j] == keys[i]:
+		case same:
 			ch.update(pm.frags[j], render(i))
 			if pm.svcs[j].ClusterIP != s.ClusterIP {
 				ipsGone, ipsNew = append(ipsGone, pm.svcs[j].ClusterIP), append(ipsNew, s.ClusterIP)
@@ -120,7 +120,7 @@ func RenderNFTablesPartial(prev *NFTState, svcs []Service, opt Options) ([]byte,
 		}
 		m.cnt.add(m.frags[i])
 	}
-	for ; j < len(pm.keys); j++ {
+	for ; j < len(pm.svcs); j++ {
 		ch.update(pm.frags[j], nil)
 		ipsGone = append(ipsGone, pm.svcs[j].ClusterIP)
 	}
@@ -150,25 +150,6 @@ func RenderNFTablesPartial(prev *NFTState, svcs []Service, opt Options) ([]byte,
 	cnt := m.cnt
 	cnt.Changed = ch.changed()
 	return ch.input(), &NFTState{m: m, node: opt.NodeName, base: base}, cnt
-}
-
-// sortedByKey is sortedServices with the keys: each key computed once, not at every
-// comparison (a partial rendering of 10,000 Services spends most of its time sorting them).
-func sortedByKey(svcs []Service) ([]string, []Service) {
-	type keyed struct {
-		key string
-		i   int
-	}
-	ks := make([]keyed, len(svcs))
-	for i, s := range svcs {
-		ks[i] = keyed{s.svcKey(), i}
-	}
-	slices.SortFunc(ks, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
-	keys, sorted := make([]string, len(svcs)), make([]Service, len(svcs))
-	for i, k := range ks {
-		keys[i], sorted[i] = k.key, svcs[k.i]
-	}
-	return keys, sorted
 }
 
 // sameService says whether a and b render the same on the same node: every field equal,

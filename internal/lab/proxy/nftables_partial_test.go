@@ -319,23 +319,32 @@ func TestSameServiceSeesEveryField(t *testing.T) {
 	}
 }
 
-// The partial rendering sorts Services by svcKey itself (sortedByKey): in the order of
-// sortedServices, which the full rendering uses.
-func TestSortKeys(t *testing.T) {
+// sortedServices orders Service ports by namespace, name, port name and protocol, whatever
+// the caller's order, and copies a list that is in order already.
+func TestSortedServices(t *testing.T) {
 	g := &svcGen{rng: rand.New(rand.NewSource(1))}
 	var svcs []Service
-	for range 500 {
+	for range 300 {
 		s := g.service()
 		s.Namespace = []string{"a", "ab", "a-b", "b"}[g.rng.Intn(4)]
-		s.Name = []string{"x", "x2", "x-y", "xy"}[g.rng.Intn(4)] + fmt.Sprint(g.rng.Intn(3))
+		s.Name = []string{"x", "x2", "x-y", "xy"}[g.rng.Intn(4)] + []string{"", "0", "1"}[g.rng.Intn(3)]
 		s.PortName = []string{"", "p", "p2", "http"}[g.rng.Intn(4)]
+		s.Protocol = []string{"tcp", "udp", "sctp"}[g.rng.Intn(3)]
 		svcs = append(svcs, s)
 	}
-	keys, sorted := sortedByKey(svcs)
-	want := sortedServices(svcs)
-	for i := range want {
-		if keys[i] != want[i].svcKey() || sorted[i].svcKey() != want[i].svcKey() {
-			t.Fatalf("position %d: %s, sortedServices has %s", i, keys[i], want[i].svcKey())
+	id := func(s Service) [4]string { return [4]string{s.Namespace, s.Name, s.PortName, s.Protocol} }
+	sorted := sortedServices(svcs)
+	if len(sorted) != len(svcs) {
+		t.Fatalf("%d Services in, %d out", len(svcs), len(sorted))
+	}
+	for i := 1; i < len(sorted); i++ {
+		a, b := id(sorted[i-1]), id(sorted[i])
+		if slices.Compare(a[:], b[:]) > 0 {
+			t.Fatalf("%q before %q", a, b)
 		}
+	}
+	again := sortedServices(sorted)
+	if &again[0] == &sorted[0] || !slices.EqualFunc(again, sorted, sameService) {
+		t.Error("sortedServices of a sorted list is not an equal copy")
 	}
 }

@@ -1,13 +1,32 @@
 package proxy
 
-import "sort"
+import (
+	"cmp"
+	"slices"
+	"sort"
+	"strings"
+)
 
-// sortedServices returns svcs ordered by port key and protocol: both renderings write
-// Services in this order, so that their output does not depend on the caller's.
+// sortedServices returns a copy of svcs ordered by cmpServices: the renderings write Services
+// in this order, so that their output does not depend on the caller's, and the partial ones
+// merge a rendering with the previous one in it. A list in this order already (the lab's) is
+// only checked.
 func sortedServices(svcs []Service) []Service {
-	svcs = append([]Service(nil), svcs...)
-	sort.Slice(svcs, func(i, j int) bool { return svcs[i].PortKey()+svcs[i].Protocol < svcs[j].PortKey()+svcs[j].Protocol })
+	svcs = slices.Clone(svcs)
+	for i := 1; i < len(svcs); i++ {
+		if cmpServices(&svcs[i-1], &svcs[i]) > 0 {
+			slices.SortFunc(svcs, func(a, b Service) int { return cmpServices(&a, &b) })
+			break
+		}
+	}
 	return svcs
+}
+
+// cmpServices orders Service ports by namespace, name, port name and protocol: what tells
+// them apart (a Service port's identity).
+func cmpServices(a, b *Service) int {
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name),
+		strings.Compare(a.PortName, b.PortName), strings.Compare(a.Protocol, b.Protocol))
 }
 
 // sortedEndpoints returns s's endpoints ordered by address, the order they are balanced in.

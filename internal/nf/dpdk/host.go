@@ -1,13 +1,11 @@
 package dpdk
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/cnibench/cnibench/internal/cpupin"
 	"github.com/cnibench/cnibench/internal/netns"
 )
 
@@ -28,18 +26,13 @@ func linkMTU(ns, dev string) (int, error) {
 // allowedCPUs lists the CPUs this process may run on, as EAL's --lcores takes a CPU group
 // ("0,1,3").
 func allowedCPUs() (string, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
+	cpus, err := cpupin.Allowed()
+	if err != nil {
 		return "", err
 	}
-	var cpus []string
-	for i := 0; i < len(set)*64; i++ {
-		if set.IsSet(i) {
-			cpus = append(cpus, strconv.Itoa(i))
-		}
+	out := make([]string, len(cpus))
+	for i, c := range cpus {
+		out[i] = strconv.Itoa(c)
 	}
-	if len(cpus) == 0 {
-		return "", errors.New("no CPU in this process's affinity")
-	}
-	return strings.Join(cpus, ","), nil
+	return strings.Join(out, ","), nil
 }

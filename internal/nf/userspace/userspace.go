@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cnibench/cnibench/internal/cpupin"
 	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/nf"
 )
@@ -91,20 +92,14 @@ func (w *workers) start(cpu int, fn func()) error {
 			fn()
 			return
 		}
-		var orig, set unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &orig); err != nil {
+		restore, err := cpupin.Pin(cpu)
+		if err != nil {
 			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("read the forwarding thread's CPU set: %w", err)
-			return
-		}
-		set.Set(cpu)
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("pin the forwarding thread to CPU %d: %w", cpu, err)
+			errc <- fmt.Errorf("the forwarding thread: %w", err)
 			return
 		}
 		defer func() {
-			if unix.SchedSetaffinity(0, &orig) == nil {
+			if restore() == nil {
 				runtime.UnlockOSThread()
 			}
 		}()

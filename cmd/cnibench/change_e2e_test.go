@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,27 +55,29 @@ func TestChangeRun(t *testing.T) {
 	}
 }
 
-// TestChangePolicyRun runs the policy kind through the CLI on the lab: a policy denying all
-// ingress to the endpoint added and removed again and again with 100 policies standing over
-// 50 silent pods, kube-router's iptables layout (calico) and the eBPF engine (cilium), both
-// programmed by partial syncs (each engine's partial rendering is held to its full one by the
-// policy package's tests). Every case measures both directions within a second, and a change
-// touches a few objects.
+// TestChangePolicyRun runs the policy kinds through the CLI on the lab: a policy denying all
+// ingress to the endpoint added and removed again and again ("policy"), and a standing policy
+// whose ingress peer is edited so that it stops admitting the client and admits it again
+// ("selector": its podSelector; "except": an ipBlock except of the client's address), with
+// 100 policies standing over 50 silent pods, kube-router's iptables layout (calico) and the
+// eBPF engine (cilium), both programmed by partial syncs (each engine's partial rendering is
+// held to its full one by the policy package's tests). Every case measures both directions
+// within a second, and a change touches a few objects.
 func TestChangePolicyRun(t *testing.T) {
 	needRoot(t)
 	out := filepath.Join(t.TempDir(), "change-policy-run")
-	r := runCnb(t, runOpts{timeout: 6 * time.Minute}, "run", "--scenario", "change", "--change", "policy", "--dataplane", "calico,cilium", "--placement", "inter",
+	r := runCnb(t, runOpts{timeout: 15 * time.Minute}, "run", "--scenario", "change", "--change", "policy,selector,except", "--dataplane", "calico,cilium", "--placement", "inter",
 		"--policies", "100", "--sync", "partial", "--repeat", "1", "--duration", "1", "--warmup", "0", "--max-steal=-1", "--out", out)
 	s, err := result.ReadSummary(out)
 	if err != nil {
 		t.Fatalf("summary.json: %v (exit %d, stderr %s)", err, r.code, r.stderr)
 	}
-	if len(s.Results) != 2 {
-		t.Errorf("%d results, want 2 (2 engines)", len(s.Results))
+	if len(s.Results) != 6 {
+		t.Errorf("%d results, want 6 (3 kinds, 2 engines)", len(s.Results))
 	}
 	for _, cr := range s.Results {
 		c := cr.Case
-		if cr.Status != "ok" || c.Change != "policy" || c.Policies != 100 {
+		if cr.Status != "ok" || !slices.Contains([]string{"policy", "selector", "except"}, c.Change) || c.Policies != 100 {
 			t.Errorf("%s: %s (%s), change %q, policies %d", c.ID, cr.Status, cr.Reason, c.Change, c.Policies)
 			continue
 		}

@@ -269,6 +269,10 @@ type Cluster interface {
 	// programmed. A backend that cannot enforce them returns an error wrapping ErrUnsupported.
 	CreateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error
 	DeleteNetworkPolicies(ctx context.Context, names []string) error
+	// UpdateNetworkPolicies replaces existing policies, by name, with these (an edit of each,
+	// as `kubectl apply` of a changed policy makes) and returns as CreateNetworkPolicies does.
+	// A policy that does not exist is an error, and nothing is changed then.
+	UpdateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error
 	// Programmed describes what the data plane holds now for Services and policies (counts of
 	// rules, chains, sets, set elements, programming times; keys are metric names such as
 	// "proxy_rules_count"); backends that cannot see it return nil.

@@ -133,6 +133,44 @@ func (c *Cluster) DeleteNetworkPolicies(ctx context.Context, names []string) err
 	})
 }
 
+// UpdateNetworkPolicies implements cluster.Cluster: each policy of the run namespace with one
+// of these names gets the new spec (and labels, beside the run's own), through a get and an
+// update. Every policy is read first, so a name that does not exist changes nothing; an
+// update that fails leaves those made before it. Like CreateNetworkPolicies it returns once
+// the API server accepted the updates.
+func (c *Cluster) UpdateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error {
+	objs := make([]*networkingv1.NetworkPolicy, len(pols))
+	err := cluster.Parallel(ctx, len(pols), createWorkers, func(i int) error {
+		p := pols[i]
+		if p.Namespace != "" && p.Namespace != c.ns {
+			return fmt.Errorf("NetworkPolicy %s: namespace %q: the run's policies live in its namespace %s", p.Name, p.Namespace, c.ns)
+		}
+		cur, err := c.cs.NetworkingV1().NetworkPolicies(c.ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("update NetworkPolicy %s: %w", p.Name, err)
+		}
+		obj := cur.DeepCopy()
+		obj.Spec = *p.Spec.DeepCopy()
+		for k, v := range p.Labels {
+			if obj.Labels == nil {
+				obj.Labels = map[string]string{}
+			}
+			obj.Labels[k] = v
+		}
+		objs[i] = obj
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return cluster.Parallel(ctx, len(objs), createWorkers, func(i int) error {
+		if _, err := c.cs.NetworkingV1().NetworkPolicies(c.ns).Update(ctx, objs[i], metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("update NetworkPolicy %s: %w", objs[i].Name, err)
+		}
+		return nil
+	})
+}
+
 // Programmed implements cluster.Cluster: nil. Through the Kubernetes API a client sees the
 // Services and policies it created, not the rules kube-proxy and the CNI derived from them on
 // each node (counting those would need a privileged agent on every node).

@@ -195,3 +195,46 @@ func TestCreateNetworkPoliciesErrors(t *testing.T) {
 		t.Errorf("%d policies left after a failed create", len(left))
 	}
 }
+
+// UpdateNetworkPolicies gives existing policies their new spec, keeping the run's labels; a
+// name that does not exist is an error and changes nothing.
+func TestUpdateNetworkPolicies(t *testing.T) {
+	fastProbe(t)
+	ctx := context.Background()
+	c, cs := probeCluster(t, Config{RunID: "r1"})
+	c.prober = &fakeCNI{t: t, cs: cs, ns: c.Namespace(), baseline: true, enforces: true}
+	pols := allowPolicies(2, "")
+	if err := c.CreateNetworkPolicies(ctx, pols); err != nil {
+		t.Fatal(err)
+	}
+	edit := *pols[0].DeepCopy()
+	edit.Labels = map[string]string{"edited": "yes"}
+	edit.Spec.Ingress[0].From = []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"10.244.0.5/32"}}}}
+	if err := c.UpdateNetworkPolicies(ctx, []networkingv1.NetworkPolicy{edit}); err != nil {
+		t.Fatal(err)
+	}
+	got := runPolicies(t, cs, c.Namespace())
+	if p := got[edit.Name]; !reflect.DeepEqual(p.Spec, edit.Spec) {
+		t.Errorf("updated spec %+v, want %+v", p.Spec, edit.Spec)
+	}
+	if wl := map[string]string{"set": "load", "edited": "yes", ManagedBy: ManagedByValue, RunLabel: "r1"}; !reflect.DeepEqual(got[edit.Name].Labels, wl) {
+		t.Errorf("updated labels %v, want %v", got[edit.Name].Labels, wl)
+	}
+	if p := got[pols[1].Name]; !reflect.DeepEqual(p.Spec, pols[1].Spec) {
+		t.Errorf("the other policy changed: %+v", p.Spec)
+	}
+	back := *pols[0].DeepCopy()
+	missing := networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "never-created"}}
+	err := c.UpdateNetworkPolicies(ctx, []networkingv1.NetworkPolicy{back, missing})
+	if err == nil || !strings.Contains(err.Error(), "never-created") {
+		t.Errorf("update of a missing policy: %v, want an error naming it", err)
+	}
+	if p := runPolicies(t, cs, c.Namespace())[edit.Name]; !reflect.DeepEqual(p.Spec, edit.Spec) {
+		t.Errorf("a failed update changed %s: %+v", edit.Name, p.Spec)
+	}
+	other := *pols[1].DeepCopy()
+	other.Namespace = "elsewhere"
+	if err := c.UpdateNetworkPolicies(ctx, []networkingv1.NetworkPolicy{other}); err == nil {
+		t.Error("a policy of another namespace was updated")
+	}
+}

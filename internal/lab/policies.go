@@ -1,8 +1,12 @@
 package lab
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -26,11 +30,7 @@ func (l *Lab) CreateNetworkPolicies(ctx context.Context, pols []networkingv1.Net
 	var added []string
 	var err error
 	for _, p := range pols {
-		if p.Namespace == "" {
-			p.Namespace = l.cfg.Prefix
-		}
-		if p.Namespace != l.cfg.Prefix {
-			err = fmt.Errorf("network policy %s: namespace %q: the lab has one namespace (leave it empty)", p.Name, p.Namespace)
+		if err = l.inLab(&p); err != nil {
 			break
 		}
 		if _, dup := l.policies[p.Name]; dup {
@@ -58,6 +58,17 @@ func (l *Lab) CreateNetworkPolicies(ctx context.Context, pols []networkingv1.Net
 	return nil
 }
 
+// inLab gives p the lab's namespace when it names none, and refuses another.
+func (l *Lab) inLab(p *networkingv1.NetworkPolicy) error {
+	if p.Namespace == "" {
+		p.Namespace = l.cfg.Prefix
+	}
+	if p.Namespace != l.cfg.Prefix {
+		return fmt.Errorf("network policy %s: namespace %q: the lab has one namespace (leave it empty)", p.Name, p.Namespace)
+	}
+	return nil
+}
+
 // DeleteNetworkPolicies implements cluster.Cluster.
 func (l *Lab) DeleteNetworkPolicies(ctx context.Context, names []string) error {
 	l.mu.Lock()
@@ -73,6 +84,40 @@ func (l *Lab) DeleteNetworkPolicies(ctx context.Context, names []string) error {
 		return nil
 	}
 	return l.programPolicies()
+}
+
+// UpdateNetworkPolicies implements cluster.Cluster: the policies are replaced and programmed
+// again, once for the call; if that fails the old ones are put back and programmed again.
+func (l *Lab) UpdateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error {
+	if err := l.dp.Policy.Usable(); err != nil {
+		return cluster.Unsupported("dataplane %s %v", l.dp.Preset.Name, err)
+	}
+	l.mu.Lock()
+	old := map[string]networkingv1.NetworkPolicy{}
+	pols = slices.Clone(pols)
+	for i := range pols {
+		p := &pols[i]
+		prev, ok := l.policies[p.Name]
+		if err := l.inLab(p); err != nil || !ok {
+			l.mu.Unlock()
+			return cmp.Or(err, fmt.Errorf("network policy %q does not exist: create it first", p.Name))
+		}
+		if _, seen := old[p.Name]; !seen {
+			old[p.Name] = prev
+		}
+	}
+	for _, p := range pols {
+		l.policies[p.Name] = p
+	}
+	l.mu.Unlock()
+	err := l.programPolicies()
+	if err != nil {
+		l.mu.Lock()
+		maps.Copy(l.policies, old)
+		l.mu.Unlock()
+		err = errors.Join(err, l.programPolicies())
+	}
+	return err
 }
 
 // programPolicies compiles the lab's policies for each node (its own pods get firewall

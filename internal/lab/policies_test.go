@@ -6,6 +6,8 @@ import (
 	"github.com/cnibench/cnibench/internal/scenario"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -128,6 +130,28 @@ func testPolicies(t *testing.T, cfg Config) {
 		if denied == 0 || admitted == 0 {
 			t.Errorf("the eBPF engine's counters: %d denied, %d admitted; want both > 0", denied, admitted)
 		}
+	}
+	// An edit of a policy's peer: b admits d instead of a.
+	edit := *pols[0].DeepCopy()
+	edit.Spec.Ingress[0].From = []networkingv1.NetworkPolicyPeer{{PodSelector: sel("d")}}
+	if err := l.UpdateNetworkPolicies(ctx, []networkingv1.NetworkPolicy{edit}); err != nil {
+		t.Fatal(err)
+	}
+	check("b-in edited to admit d", func(i int) bool {
+		if f := flows[i]; f.to == "b" {
+			return f.from == "d"
+		}
+		return flows[i].allowed
+	})
+	missing := networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "never-created"}}
+	if err := l.UpdateNetworkPolicies(ctx, []networkingv1.NetworkPolicy{pols[0], missing}); err == nil || !strings.Contains(err.Error(), "never-created") {
+		t.Errorf("an update naming a missing policy: %v, want an error naming it", err)
+	}
+	l.mu.Lock()
+	kept := reflect.DeepEqual(l.policies["b-in"].Spec, edit.Spec)
+	l.mu.Unlock()
+	if !kept {
+		t.Error("a refused update changed b-in")
 	}
 	if err := l.DeleteNetworkPolicies(ctx, []string{"b-in", "c-out", "e-in"}); err != nil {
 		t.Fatal(err)

@@ -712,3 +712,61 @@ func init() {
 		},
 	})
 }
+
+// The kinds "selector" and "except" edit a standing policy (cluster.UpdateNetworkPolicies)
+// instead of adding one: a policy that selects the endpoint and admits ingress from one peer
+// stands, admitting the client; the change edits the peer so that it no longer does (deny:
+// until the endpoint stops answering the client) and back (allow: until it answers again).
+// kube-burner's netpolLatency saw edits of this kind, ipBlock excepts above all, take far
+// longer than added policies on some CNIs. As for the policy kind, the standing policies do
+// not select the endpoint, so the edited one alone decides.
+func init() {
+	registerPolicyEdit("selector", "a NetworkPolicy admitting the client to the endpoint has its ingress peer's podSelector changed to labels no pod has (and back): until the endpoint stops answering (and answers again)",
+		func(f *changeFixture, admit bool) networkingv1.NetworkPolicyPeer {
+			role := "client"
+			if !admit {
+				role = "nobody"
+			}
+			return networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: fixtureLabels(f.opt, role)}}
+		})
+	registerPolicyEdit("except", "a NetworkPolicy admitting every address (ipBlock 0.0.0.0/0) to the endpoint gets the client's address as an ipBlock except (and loses it): until the endpoint stops answering (and answers again)",
+		func(f *changeFixture, admit bool) networkingv1.NetworkPolicyPeer {
+			b := &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}
+			if !admit {
+				b.Except = []string{f.client.IP + "/32"}
+			}
+			return networkingv1.NetworkPolicyPeer{IPBlock: b}
+		})
+}
+
+// registerPolicyEdit registers a kind that edits the peer of a standing policy: peer(f, true)
+// admits the client, peer(f, false) does not.
+func registerPolicyEdit(name, summary string, peer func(f *changeFixture, admit bool) networkingv1.NetworkPolicyPeer) {
+	edited := func(f *changeFixture, admit bool) networkingv1.NetworkPolicy {
+		return networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: objName(f.opt, "changed-"+name)},
+			Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: fixtureLabels(f.opt, "endpoint")},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{peer(f, admit)}}}}}
+	}
+	registerChange(changeKind{
+		name: name, summary: summary,
+		do: "deny", undo: "allow", servedAfterDo: false, programMetric: "policy_program_ms", changedMetric: "policy_changed_count",
+		cl2: "NetworkPolicyEnforcementLatency",
+		setup: func(ctx context.Context, f *changeFixture) error {
+			f.polSpec = edited(f, true)
+			if err := f.cl.CreateNetworkPolicies(ctx, []networkingv1.NetworkPolicy{*f.polSpec.DeepCopy()}); err != nil {
+				return err
+			}
+			f.policies = append(f.policies, f.polSpec.Name)
+			f.target = f.endpoint.IP + ":" + strconv.Itoa(answerPort)
+			return nil
+		},
+		apply: func(ctx context.Context, f *changeFixture, do bool) error {
+			if err := f.cl.UpdateNetworkPolicies(ctx, []networkingv1.NetworkPolicy{edited(f, !do)}); err != nil {
+				return err
+			}
+			f.exists = do // the edit that denies is in place
+			return nil
+		},
+	})
+}

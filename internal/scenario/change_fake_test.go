@@ -80,26 +80,67 @@ func (r *changeFake) CreateServices(ctx context.Context, specs []cluster.Service
 	return out, err
 }
 
-// CreateNetworkPolicies and DeleteNetworkPolicies follow the policy kind's changed policy as
-// CreateServices and DeleteServices follow the changed Service: it denies, so the endpoint is
-// served while it does not exist.
+// CreateNetworkPolicies, UpdateNetworkPolicies and DeleteNetworkPolicies follow the changed
+// policy of the policy kinds as CreateServices and DeleteServices follow the changed Service:
+// the endpoint is served while no changed policy exists or while it admits the client.
 func (r *changeFake) CreateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error {
 	t0 := time.Now()
 	err := r.Fake.CreateNetworkPolicies(ctx, pols)
-	if err == nil && len(pols) == 1 && strings.HasSuffix(pols[0].Name, "changed-deny") {
+	if err == nil && len(pols) == 1 && strings.Contains(pols[0].Name, "changed-") {
+		served := r.admitsClient(pols[0])
 		r.mu.Lock()
 		first := r.changed == ""
 		r.changed = pols[0].Name
 		if first {
-			r.plane = []planeFlip{{at: t0, served: false}}
+			r.plane = []planeFlip{{at: t0, served: served}}
 		}
 		r.mu.Unlock()
 		if !first {
-			r.flip(false, t0)
+			r.flip(served, t0)
 		}
 		time.Sleep(r.call)
 	}
 	return err
+}
+
+func (r *changeFake) UpdateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error {
+	t0 := time.Now()
+	err := r.Fake.UpdateNetworkPolicies(ctx, pols)
+	r.mu.Lock()
+	ours := len(pols) == 1 && pols[0].Name == r.changed
+	r.mu.Unlock()
+	if err == nil && ours {
+		r.flip(r.admitsClient(pols[0]), t0)
+		time.Sleep(r.call)
+	}
+	return err
+}
+
+// admitsClient says whether p lets the client in: an ingress peer whose podSelector picks the
+// client's labels, or whose ipBlock holds the client's address outside its excepts.
+func (r *changeFake) admitsClient(p networkingv1.NetworkPolicy) bool {
+	var client cluster.Pod
+	for _, q := range r.Pods() {
+		if strings.HasSuffix(q.Name, "client") {
+			client = q
+		}
+	}
+	ip := net.ParseIP(client.IP)
+	holds := func(cidr string) bool {
+		_, n, err := net.ParseCIDR(cidr)
+		return err == nil && n.Contains(ip)
+	}
+	for _, in := range p.Spec.Ingress {
+		for _, peer := range in.From {
+			switch {
+			case peer.PodSelector != nil && cluster.Selects(peer.PodSelector.MatchLabels, client.Labels):
+				return true
+			case peer.IPBlock != nil && holds(peer.IPBlock.CIDR) && !slices.ContainsFunc(peer.IPBlock.Except, holds):
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (r *changeFake) DeleteNetworkPolicies(ctx context.Context, names []string) error {
@@ -329,6 +370,60 @@ func TestChangePolicyOnFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.AssertEmpty(t)
+}
+
+// The kinds that edit a standing policy: the policy admits the client after set-up (the
+// endpoint answers); each "deny" edit makes it stop admitting the client and each "allow"
+// edit admit it again (the fake's data plane follows what the edited policy admits, so an
+// edit that did not change that would never show); the figures are the schedule's 40 ms.
+// The trial ends with the client admitted; Close removes every policy and pod.
+func TestChangePolicyEditsOnFake(t *testing.T) {
+	shortChangeWaits(t)
+	for _, kind := range []string{"selector", "except"} {
+		t.Run(kind, func(t *testing.T) {
+			r := newChangeFake(40 * time.Millisecond)
+			r.call = 3 * time.Millisecond
+			c := changeCase(kind, 1)
+			c.Policies = 2
+			f, err := change{}.Setup(context.Background(), r, c, Options{CPUs: [2]int{0, 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			edited := func() (networkingv1.NetworkPolicy, int) {
+				var out networkingv1.NetworkPolicy
+				pols := r.Policies()
+				for _, p := range pols {
+					if p.Name == "changed-"+kind {
+						out = p
+					}
+				}
+				return out, len(pols)
+			}
+			if p, n := edited(); n != 3 || !r.admitsClient(p) || p.Spec.PodSelector.MatchLabels["role"] != "endpoint" {
+				t.Fatalf("after set-up: %d policies, the edited one %+v admits the client: %v; want 2 standing and one admitting", n, p.Spec, r.admitsClient(p))
+			}
+			m, err := f.Trial(context.Background(), 0)
+			if err != nil {
+				t.Fatalf("trial: %v\n%.2000s", err, m.Raw)
+			}
+			for k, want := range map[string]float64{"deny_p50_ms": 40, "deny_p99_ms": 40, "allow_p50_ms": 40, "allow_all_p99_ms": 40,
+				"changes_count": minChanges, "policies_total": 2} {
+				if v, ok := m.Metrics[k]; !ok || !near(v, want, 0.6) {
+					t.Errorf("%s = %v (present %v), want %v ± 0.6", k, v, ok, want)
+				}
+			}
+			if p, _ := edited(); !r.admitsClient(p) {
+				t.Errorf("after the trial the policy does not admit the client: the trial ends as it began")
+			}
+			if n := strings.Count(strings.Join(r.History(), "\n"), "update policies changed-"+kind); n != 2*minChanges {
+				t.Errorf("%d updates of the policy, want %d", n, 2*minChanges)
+			}
+			if err := f.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			r.AssertEmpty(t)
+		})
+	}
 }
 
 // A data plane that obeys on and off after a change has a later "all" than "first", and the

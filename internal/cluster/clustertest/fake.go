@@ -396,6 +396,27 @@ func (f *Fake) DeleteNetworkPolicies(ctx context.Context, names []string) error 
 	return deleteNamed(ctx, f, &f.policies, "policies", names, func(p networkingv1.NetworkPolicy) string { return p.Name })
 }
 
+// UpdateNetworkPolicies implements cluster.Cluster: the policies of these names are replaced;
+// a name that does not exist is an error, and nothing is replaced then.
+func (f *Fake) UpdateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	idx := make([]int, len(pols))
+	for i, p := range pols {
+		if idx[i] = slices.IndexFunc(f.policies, func(q networkingv1.NetworkPolicy) bool { return q.Name == p.Name }); idx[i] < 0 {
+			return fmt.Errorf("clustertest: no NetworkPolicy %q", p.Name)
+		}
+	}
+	for i, p := range pols {
+		f.policies[idx[i]] = *p.DeepCopy()
+	}
+	f.log("update policies %s", strings.Join(namesOf(pols, func(p networkingv1.NetworkPolicy) string { return p.Name }), " "))
+	return nil
+}
+
 // Programmed implements cluster.Cluster: a copy of Config.Programmed.
 func (f *Fake) Programmed(context.Context) map[string]float64 {
 	return maps.Clone(f.programmed)

@@ -252,7 +252,11 @@ func (l *Lab) selectIPs(sel map[string]string) []string {
 	}
 	var rarest map[*pod]bool
 	for k, v := range sel {
-		if c := l.byLabel[k+"="+v]; rarest == nil || len(c) < len(rarest) {
+		c := l.byLabel[k+"="+v]
+		if len(c) == 0 {
+			return nil // no pod has this label
+		}
+		if rarest == nil || len(c) < len(rarest) {
 			rarest = c
 		}
 	}

@@ -408,8 +408,14 @@ func TestChangePolicyEditsOnFake(t *testing.T) {
 			}
 			for k, want := range map[string]float64{"deny_p50_ms": 40, "deny_p99_ms": 40, "allow_p50_ms": 40, "allow_all_p99_ms": 40,
 				"changes_count": minChanges, "policies_total": 2} {
-				if v, ok := m.Metrics[k]; !ok || !near(v, want, 0.6) {
-					t.Errorf("%s = %v (present %v), want %v ± 0.6", k, v, ok, want)
+				// P50 within the resolution (half the 1 ms interval) and a little; the worst
+				// change also carries how late a loaded machine ran the call (40.6 ms seen in CI).
+				tol := 0.6
+				if strings.Contains(k, "p99") {
+					tol = 1.5
+				}
+				if v, ok := m.Metrics[k]; !ok || !near(v, want, tol) {
+					t.Errorf("%s = %v (present %v), want %v ± %v", k, v, ok, want, tol)
 				}
 			}
 			if p, _ := edited(); !r.admitsClient(p) {

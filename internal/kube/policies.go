@@ -75,8 +75,8 @@ func (c *Cluster) CreateNetworkPolicies(ctx context.Context, pols []networkingv1
 			return fmt.Errorf("NetworkPolicy %d without a name", i)
 		case seen[p.Name]:
 			return fmt.Errorf("NetworkPolicy %s requested twice", p.Name)
-		case p.Namespace != "" && p.Namespace != c.ns:
-			return fmt.Errorf("NetworkPolicy %s: namespace %q: the run's policies live in its namespace %s", p.Name, p.Namespace, c.ns)
+		case !c.inRunNamespace(p.Namespace):
+			return c.otherNamespace(p.Name, p.Namespace)
 		}
 		seen[p.Name] = true
 		p.Namespace = c.ns
@@ -133,6 +133,14 @@ func (c *Cluster) DeleteNetworkPolicies(ctx context.Context, names []string) err
 	})
 }
 
+// inRunNamespace says whether a policy's namespace is the run's ("" means it).
+func (c *Cluster) inRunNamespace(ns string) bool { return ns == "" || ns == c.ns }
+
+// otherNamespace is the error for a policy in another namespace than the run's.
+func (c *Cluster) otherNamespace(name, ns string) error {
+	return fmt.Errorf("NetworkPolicy %s: namespace %q: the run's policies live in its namespace %s", name, ns, c.ns)
+}
+
 // UpdateNetworkPolicies implements cluster.Cluster: each policy of the run namespace with one
 // of these names gets the new spec (and labels, beside the run's own), through a get and an
 // update. Every policy is read first, so a name that does not exist changes nothing; an
@@ -142,8 +150,8 @@ func (c *Cluster) UpdateNetworkPolicies(ctx context.Context, pols []networkingv1
 	objs := make([]*networkingv1.NetworkPolicy, len(pols))
 	err := cluster.Parallel(ctx, len(pols), createWorkers, func(i int) error {
 		p := pols[i]
-		if p.Namespace != "" && p.Namespace != c.ns {
-			return fmt.Errorf("NetworkPolicy %s: namespace %q: the run's policies live in its namespace %s", p.Name, p.Namespace, c.ns)
+		if !c.inRunNamespace(p.Namespace) {
+			return c.otherNamespace(p.Name, p.Namespace)
 		}
 		cur, err := c.cs.NetworkingV1().NetworkPolicies(c.ns).Get(ctx, p.Name, metav1.GetOptions{})
 		if err != nil {

@@ -23,8 +23,8 @@ import (
 // now and applied, one transaction per node and engine. Pods created later are not covered
 // until policies are programmed again.
 func (l *Lab) CreateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error {
-	if err := l.dp.Policy.Usable(); err != nil {
-		return cluster.Unsupported("dataplane %s %v", l.dp.Preset.Name, err)
+	if err := l.policyUsable(); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	var added []string
@@ -54,6 +54,14 @@ func (l *Lab) CreateNetworkPolicies(ctx context.Context, pols []networkingv1.Net
 			_ = l.programPolicies()
 		}
 		return err
+	}
+	return nil
+}
+
+// policyUsable says whether the lab's policy engine can program policies here.
+func (l *Lab) policyUsable() error {
+	if err := l.dp.Policy.Usable(); err != nil {
+		return cluster.Unsupported("dataplane %s %v", l.dp.Preset.Name, err)
 	}
 	return nil
 }
@@ -89,8 +97,8 @@ func (l *Lab) DeleteNetworkPolicies(ctx context.Context, names []string) error {
 // UpdateNetworkPolicies implements cluster.Cluster: the policies are replaced and programmed
 // again, once for the call; if that fails the old ones are put back and programmed again.
 func (l *Lab) UpdateNetworkPolicies(ctx context.Context, pols []networkingv1.NetworkPolicy) error {
-	if err := l.dp.Policy.Usable(); err != nil {
-		return cluster.Unsupported("dataplane %s %v", l.dp.Preset.Name, err)
+	if err := l.policyUsable(); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	old := map[string]networkingv1.NetworkPolicy{}

@@ -13,11 +13,9 @@ import (
 // only checked.
 func sortedServices(svcs []Service) []Service {
 	svcs = slices.Clone(svcs)
-	for i := 1; i < len(svcs); i++ {
-		if cmpServices(&svcs[i-1], &svcs[i]) > 0 {
-			slices.SortFunc(svcs, func(a, b Service) int { return cmpServices(&a, &b) })
-			break
-		}
+	byService := func(a, b Service) int { return cmpServices(&a, &b) }
+	if !slices.IsSortedFunc(svcs, byService) {
+		slices.SortFunc(svcs, byService)
 	}
 	return svcs
 }

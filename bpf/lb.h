@@ -16,8 +16,17 @@
  * backends drops. Everything is in network byte order, as in the packet. The lookups are
  * hash lookups: their cost does not grow with the number of Services.
  *
+ * Hairpin, a backend reaching its own Service and given itself as the backend, would arrive with
+ * its own address as source and destination, which its stack drops as a martian: the connection
+ * gets the service loopback address (lb_loopback) as its source instead, as Cilium's tc load
+ * balancer does (its "service loopback" SNAT, 169.254.42.1 by default), so that the backend
+ * sees a peer that is not itself and replies through its default route, where the connection
+ * table turns the reply back into Service -> client. The client's port is kept, as Cilium
+ * keeps it: two hairpin connections of one pod from the same port to two Services of the same
+ * backend would collide in the pod (a pod's port is unique per destination only).
+ *
  * Not handled (the packet passes untouched): IPv4 with options, fragments, protocols other
- * than TCP and UDP, and hairpin (a backend reaching its own Service).
+ * than TCP and UDP.
  */
 #ifndef CNIBENCH_LB_H
 #define CNIBENCH_LB_H
@@ -39,6 +48,10 @@
 /* Connection table size: LRU maps are preallocated (about 6 MB per map per node at this size);
  * the least recently used connections make room for new ones. */
 #define LB_MAX_CONNS 65536
+/* The service loopback address (network byte order), set by the loader: the source of hairpin
+ * connections (0: hairpin is not translated). */
+volatile const __u32 lb_loopback = 0;
+
 /* Lifetimes of a connection entry since its last packet, as Cilium's connection tracking
  * keeps them: TCP 6 h (a new SYN replaces an entry anyway), other protocols 60 s. */
 #define LB_LIFETIME_TCP (21600ULL * 1000000000ULL)
@@ -57,7 +70,8 @@ struct lb_tuple {
  * and, when nat_addr is set, nat_addr:nat_port as the destination. LB_CONN_REDIRECT: a
  * NodePort connection, whose rewritten packets are sent on by a FIB lookup and
  * bpf_redirect_neigh (the node's IP stack would take a packet whose source is now one of its
- * own addresses for a martian). */
+ * own addresses for a martian). LB_CONN_HAIRPIN: a hairpin connection (source translated to
+ * lb_loopback), whose packets both ways are marked for the programs after this one. */
 struct lb_conn {
 	struct lb_addr to;
 	__u32 nat_addr;
@@ -67,6 +81,7 @@ struct lb_conn {
 };
 
 #define LB_CONN_REDIRECT 1
+#define LB_CONN_HAIRPIN 2
 
 enum lb_stat {
 	LB_PACKETS,   /* IPv4 TCP/UDP packets looked at */
@@ -75,6 +90,7 @@ enum lb_stat {
 	LB_REPLY,     /* replies SNATed back to the Service address */
 	LB_NO_BACKEND, /* dropped: the Service has no backend */
 	LB_NODEPORT,   /* NodePort packets sent on by the FIB (forward and reply) */
+	LB_HAIRPIN,    /* new hairpin connections: source translated to lb_loopback */
 	LB_STATS,
 };
 
@@ -245,6 +261,8 @@ static __always_inline int lb_forward(struct __sk_buff *skb, struct lb_tuple *t,
 		if (lb_rewrite(skb, t, &src, 0))
 			return TC_ACT_SHOT;
 	}
+	if (c->flags & LB_CONN_HAIRPIN)
+		lb_mark_hairpin(skb);
 	return c->flags & LB_CONN_REDIRECT ? lb_redirect(skb) : TCX_NEXT;
 }
 
@@ -261,7 +279,10 @@ static __always_inline int lb_reply(struct __sk_buff *skb, struct lb_tuple *t, s
 		if (lb_rewrite(skb, t, &dst, 1))
 			return TC_ACT_SHOT;
 	}
-	lb_mark_reply(skb);
+	if (c->flags & LB_CONN_HAIRPIN)
+		lb_mark_hairpin(skb);
+	else
+		lb_mark_reply(skb);
 	return c->flags & LB_CONN_REDIRECT ? lb_redirect(skb) : TCX_NEXT;
 }
 
@@ -271,7 +292,8 @@ static __always_inline int lb_reply(struct __sk_buff *skb, struct lb_tuple *t, s
  * reused); it picks a backend afresh when it is for a Service and removes the stale reverse
  * entry of its tuple otherwise. A NodePort Service's connection to a backend on another node
  * (LB_BE_REMOTE, externalTrafficPolicy Cluster) gets the node's address as its source, so that
- * the reply comes back through this node, as Cilium does. */
+ * the reply comes back through this node, as Cilium does. A connection given its own client as
+ * the backend (hairpin) gets lb_loopback as its source (see the top of this file). */
 static __always_inline int lb_packet(struct __sk_buff *skb)
 {
 	struct lb_tuple t = {}, r = {};
@@ -336,6 +358,15 @@ static __always_inline int lb_packet(struct __sk_buff *skb)
 			rev.nat_port = t.sport;
 			r.daddr = t.daddr;
 		}
+	}
+	if (lb_loopback && a->addr == t.saddr) {
+		fwd.nat_addr = lb_loopback;
+		fwd.flags |= LB_CONN_HAIRPIN;
+		rev.nat_addr = t.saddr;
+		rev.nat_port = t.sport;
+		rev.flags |= LB_CONN_HAIRPIN;
+		r.daddr = lb_loopback;
+		lb_count(LB_HAIRPIN);
 	}
 	if (bpf_map_update_elem(&ct4, &t, &fwd, BPF_ANY) || bpf_map_update_elem(&rnat4, &r, &rev, BPF_ANY))
 		return TC_ACT_SHOT;

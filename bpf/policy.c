@@ -16,10 +16,12 @@
  * The first packet of a connection from an isolated local pod needs a rule of its egress, one
  * to an isolated local pod a rule of its ingress (both for a packet between two local pods);
  * denied packets are dropped. Every connection of a local pod with a firewall is tracked, so
- * that its replies pass whatever the pod's policies say about their direction. Replies the Service load balancer has turned back into the
- * Service's address (their tuple no longer matches the admitted one) are recognised by the
- * load balancer's mark in the packet's control buffer. The maps and the decision are pol.h's
- * (shared with the firewall cube of the polycube data planes, bpf/polycube.h).
+ * that its replies pass whatever the pod's policies say about their direction. Replies the
+ * Service load balancer has turned back into the Service's address (their tuple no longer
+ * matches the admitted one) are recognised by the load balancer's mark in the packet's control
+ * buffer; so are the packets of hairpin connections (a pod reaching itself through a Service),
+ * which pass as a pod's traffic to itself does. The maps and the decision are pol.h's (shared
+ * with the firewall cube of the polycube data planes, bpf/polycube.h).
  */
 #include "lb_mark.h"
 #include "pol.h"
@@ -32,7 +34,9 @@ int pol_check(struct __sk_buff *skb)
 
 	if (lb_reply_marked(skb))
 		return pol_count(POL_ESTABLISHED, TCX_NEXT);
-	if (pol_parse(skb, &t, &syn) || t.saddr == t.daddr)
+	/* A pod's traffic to itself: its own address both ways, or a hairpin connection through a
+	 * Service (the load balancer translated its source to the service loopback address). */
+	if (lb_hairpin_marked(skb) || pol_parse(skb, &t, &syn) || t.saddr == t.daddr)
 		return TCX_NEXT;
 	return pol_judge(&t, syn);
 }

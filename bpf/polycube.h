@@ -21,6 +21,13 @@
  *        port of the destination pod (ilb_edges: pod address -> ifindex and MACs: pods never
  *        ARP, the cube writes their Ethernet header); an address of the node's blocks without
  *        an edge port (the silent pods' holder addresses) goes to the node's IP stack.
+ *        Hairpin (a pod given itself as the backend of a Service it reaches) would arrive with
+ *        its own address as source and destination, a martian its stack drops: the ILB gives
+ *        such a connection the service loopback address (svc_loopback) as its source, as
+ *        Cilium's tc load balancer does (169.254.42.1 by default), and turns the pod's replies
+ *        to that address back into Service -> pod at its edge port; the packets of a hairpin
+ *        connection carry the PC_F_HAIRPIN flag, which the firewall lets pass as it lets a
+ *        pod's traffic to itself pass.
  *   FW (firewall, pol.h's NetworkPolicy engine as a cube)  port 0 towards the ILB, 1 towards
  *        the router. A packet is judged once per node: one already judged on its way out of a
  *        local pod (metadata flag) is not judged again on its way back to another local pod.
@@ -77,14 +84,16 @@ enum pc_cube { PC_ILB, PC_FW, PC_ROUTER, PC_ELB, PC_NAT, PC_CUBES };
 
 /* Metadata flags (Polycube's per-packet metadata besides the in-port). */
 #define PC_F_JUDGED 1 /* the firewall judged the packet in this node already */
+#define PC_F_HAIRPIN 2 /* a packet of a hairpin connection (translated by the ILB) */
 
 /* The node's facts, set by the loader (network byte order). */
 volatile const __u32 node_ip = 0; /* the node's underlay address (NodePorts are served on it) */
 volatile const __u32 fict_ip = 0; /* the node's fictitious pod: the first address of its pod CIDR */
+volatile const __u32 svc_loopback = 0; /* the source of hairpin connections (0: not translated) */
 
 /* Counters: every cube's first two, then each cube's own. */
 enum { PC_PACKETS, PC_DROPS };
-enum pc_ilb_stat { ILB_NEW = 2, ILB_FORWARD, ILB_REPLY, ILB_DELIVERED, ILB_TO_STACK };
+enum pc_ilb_stat { ILB_NEW = 2, ILB_FORWARD, ILB_REPLY, ILB_DELIVERED, ILB_TO_STACK, ILB_HAIRPIN };
 enum pc_fw_stat { FW_JUDGED = 2, FW_SKIPPED };
 enum pc_rt_stat { RT_TO_PODS = 2, RT_TO_PHYS, RT_TO_HOST, RT_TO_VXLAN, RT_TTL };
 enum pc_elb_stat { ELB_NEW = 2, ELB_FORWARD, ELB_REPLY };
@@ -141,9 +150,14 @@ struct pc_tuple {
 };
 
 /* A session: the address and port to write (ct: the backend as destination; rnat: the
- * Service as source), and when it was last used (bpf_ktime_get_ns). */
+ * Service as source), and when it was last used (bpf_ktime_get_ns). A hairpin session also
+ * has nat_addr: ct writes it as the source (the port stays), rnat writes nat_addr:nat_port as
+ * the destination. */
 struct pc_conn {
 	struct pc_addr to;
+	__u32 nat_addr;
+	__u16 nat_port;
+	__u16 pad;
 	__u64 seen;
 };
 
@@ -394,10 +408,14 @@ static __always_inline struct pc_conn *pc_live(struct pc_conn *c, __u8 proto, __
 /* pc_lb_forward is a load balancer's forward direction (the ILB's edge ports, the ELB's
  * external port): a packet of a known session is DNATed to the backend its first packet was
  * given; the first packet to a Service (a TCP SYN always starts afresh) picks a backend at
- * random and records both directions. 0 when the packet goes on (translated or not), -1 when
- * it is dropped (a Service without backends). */
+ * random and records both directions. With st_hairpin (the ILB's; 0 for none), a session
+ * whose backend is its client (hairpin) gets svc_loopback as its source, counted as
+ * st_hairpin, and its packets the PC_F_HAIRPIN flag. 0 when the packet goes on (translated or
+ * not), -1 when it is dropped (a Service without backends, a packet that could not be
+ * written). */
 static __always_inline int pc_lb_forward(struct __sk_buff *skb, struct pc_pkt *p, void *svcs, void *bes, void *ct,
-					 void *rnat, void *stats, __u32 st_new, __u32 st_fwd)
+					 void *rnat, void *stats, __u32 st_new, __u32 st_fwd, __u32 st_hairpin,
+					 __u32 *flags)
 {
 	struct pc_tuple t = {}, r = {};
 	struct pc_be_key bk = {};
@@ -414,7 +432,12 @@ static __always_inline int pc_lb_forward(struct __sk_buff *skb, struct pc_pkt *p
 		c = pc_live(bpf_map_lookup_elem(ct, &t), t.proto, now);
 		if (c) {
 			pc_count(stats, st_fwd);
-			return pc_rewrite(skb, p, c->to.addr, c->to.port, 1);
+			if (pc_rewrite(skb, p, c->to.addr, c->to.port, 1))
+				return -1;
+			if (!c->nat_addr)
+				return 0;
+			*flags |= PC_F_HAIRPIN;
+			return pc_rewrite(skb, p, c->nat_addr, t.sport, 0);
 		}
 	}
 	bk.svc.addr = t.daddr;
@@ -440,10 +463,22 @@ static __always_inline int pc_lb_forward(struct __sk_buff *skb, struct pc_pkt *p
 	r.sport = fwd.to.port;
 	r.dport = t.sport;
 	r.proto = t.proto;
+	if (st_hairpin && svc_loopback && fwd.to.addr == t.saddr) {
+		fwd.nat_addr = svc_loopback;
+		rev.nat_addr = t.saddr;
+		rev.nat_port = t.sport;
+		r.daddr = svc_loopback;
+	}
 	if (bpf_map_update_elem(ct, &t, &fwd, BPF_ANY) || bpf_map_update_elem(rnat, &r, &rev, BPF_ANY))
 		return -1;
 	pc_count(stats, st_new);
-	return pc_rewrite(skb, p, fwd.to.addr, fwd.to.port, 1);
+	if (pc_rewrite(skb, p, fwd.to.addr, fwd.to.port, 1))
+		return -1;
+	if (!fwd.nat_addr)
+		return 0;
+	pc_count(stats, st_hairpin);
+	*flags |= PC_F_HAIRPIN;
+	return pc_rewrite(skb, p, fwd.nat_addr, t.sport, 0);
 }
 
 /* pc_lb_reverse is a load balancer's reverse direction (the ILB's server port, the ELB's
@@ -469,16 +504,45 @@ static __always_inline int pc_lb_reverse(struct __sk_buff *skb, struct pc_pkt *p
 	return pc_rewrite(skb, p, c->to.addr, c->to.port, 0);
 }
 
-/* ilb_process is the internal load balancer: from an edge port (a pod), ClusterIP DNAT and on
- * to the server port; from the server port, reverse NAT and on to the destination's edge port
- * (its Ethernet header written), or the stack for a local address without an edge port. */
-static __always_inline int ilb_process(struct __sk_buff *skb, struct pc_pkt *p, __u32 in_port)
+/* ilb_hairpin_reply turns a pod's reply to the service loopback address (a hairpin session's,
+ * found in ilb_rnat by its tuple) back into Service -> pod, at the pod's edge port: 1 when it
+ * did, 0 when the packet is none, -1 when it could not be written. */
+static __always_inline int ilb_hairpin_reply(struct __sk_buff *skb, struct pc_pkt *p, __u32 *flags)
+{
+	struct pc_tuple t = {};
+	struct pc_conn *c;
+
+	if (!svc_loopback || p->daddr != svc_loopback || !p->lb || p->syn)
+		return 0;
+	pc_tuple_of(p, &t);
+	c = pc_live(bpf_map_lookup_elem(&ilb_rnat, &t), t.proto, bpf_ktime_get_ns());
+	if (!c || !c->nat_addr)
+		return 0;
+	pc_count(&ilb_stats, ILB_REPLY);
+	*flags |= PC_F_HAIRPIN;
+	if (pc_rewrite(skb, p, c->to.addr, c->to.port, 0) || pc_rewrite(skb, p, c->nat_addr, c->nat_port, 1))
+		return -1;
+	return 1;
+}
+
+/* ilb_process is the internal load balancer: from an edge port (a pod), ClusterIP DNAT (or a
+ * hairpin session's reply turned back) and on to the server port; from the server port,
+ * reverse NAT and on to the destination's edge port (its Ethernet header written), or the
+ * stack for a local address without an edge port. */
+static __always_inline int ilb_process(struct __sk_buff *skb, struct pc_pkt *p, __u32 in_port, __u32 *flags)
 {
 	struct pc_edge *e;
+	int r;
 
 	pc_count(&ilb_stats, PC_PACKETS);
 	if (in_port != ILB_SERVER) {
-		if (pc_lb_forward(skb, p, &ilb_svc, &ilb_be, &ilb_ct, &ilb_rnat, &ilb_stats, ILB_NEW, ILB_FORWARD))
+		r = ilb_hairpin_reply(skb, p, flags);
+		if (r < 0)
+			return pc_drop(&ilb_stats);
+		if (r > 0)
+			return ILB_SERVER;
+		if (pc_lb_forward(skb, p, &ilb_svc, &ilb_be, &ilb_ct, &ilb_rnat, &ilb_stats, ILB_NEW, ILB_FORWARD,
+				  ILB_HAIRPIN, flags))
 			return pc_drop(&ilb_stats);
 		return ILB_SERVER;
 	}
@@ -507,8 +571,8 @@ static __always_inline int fw_process(struct __sk_buff *skb, struct pc_pkt *p, _
 		pc_count(&fw_stats, FW_SKIPPED);
 		return out;
 	}
-	if (p->saddr == p->daddr)
-		return out;
+	if ((*flags & PC_F_HAIRPIN) || p->saddr == p->daddr)
+		return out; /* a pod's traffic to itself (through a Service: hairpin) */
 	t.saddr = p->saddr;
 	t.daddr = p->daddr;
 	t.sport = p->sport;
@@ -562,9 +626,13 @@ static __always_inline int rt_process(struct __sk_buff *skb, struct pc_pkt *p, _
  * from the router's. */
 static __always_inline int elb_process(struct __sk_buff *skb, struct pc_pkt *p, __u32 in_port)
 {
+	__u32 flags = 0;
+
 	pc_count(&elb_stats, PC_PACKETS);
 	if (in_port == ELB_EXT) {
-		if (pc_lb_forward(skb, p, &elb_svc, &elb_be, &elb_ct, &elb_rnat, &elb_stats, ELB_NEW, ELB_FORWARD))
+		/* No hairpin: NodePort clients come from outside the cluster. */
+		if (pc_lb_forward(skb, p, &elb_svc, &elb_be, &elb_ct, &elb_rnat, &elb_stats, ELB_NEW, ELB_FORWARD, 0,
+				  &flags))
 			return pc_drop(&elb_stats);
 		return ELB_INT;
 	}

@@ -113,10 +113,12 @@ int pc_ilb(struct __sk_buff *skb)
 {
 	struct pc_pkt p = {};
 	__u32 flags, in = pc_in_port(skb, skb->ingress_ifindex, &flags);
+	int v;
 
 	if (pc_parse(skb, &p))
 		return pc_leave(skb, TCX_NEXT);
-	return pc_forward(skb, &ilb_fwd, &ilb_stats, ilb_process(skb, &p, in), flags);
+	v = ilb_process(skb, &p, in, &flags);
+	return pc_forward(skb, &ilb_fwd, &ilb_stats, v, flags);
 }
 
 SEC("tc")

@@ -54,7 +54,7 @@ static __always_inline int pcm_route(struct __sk_buff *skb, struct pc_pkt *p, __
 			if (v < 0)
 				return pcm_verdict(v);
 		}
-		v = ilb_process(skb, p, ILB_SERVER);
+		v = ilb_process(skb, p, ILB_SERVER, flags);
 		if (v < 0)
 			return pcm_verdict(v);
 		return bpf_redirect_peer(v, 0);
@@ -84,7 +84,7 @@ int pcm_from_pod(struct __sk_buff *skb)
 	if (pc_parse(skb, &p))
 		return TCX_NEXT;
 	fw = pcm_fw_on();
-	v = ilb_process(skb, &p, skb->ingress_ifindex);
+	v = ilb_process(skb, &p, skb->ingress_ifindex, &flags);
 	if (v < 0)
 		return pcm_verdict(v);
 	if (fw) {

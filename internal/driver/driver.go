@@ -18,6 +18,53 @@ type Spec struct {
 	DurationS int    // seconds (iperf3 -t / netperf -l); 0 = DefaultDurationS
 	MSS       int    // tcp only: iperf3 -M; 0 = DefaultLen
 	UDPLen    int    // udp only: iperf3 -l; 0 = DefaultLen
+	// Streams is how many parallel streams the trial runs (iperf3 -P; for netperf, concurrent
+	// instances: Instances); 0 and 1 = one.
+	Streams int
+	// MsgSize is the message size in bytes: iperf3 -l of a tcp stream (a udp stream's is
+	// UDPLen), netperf -r of a request and of its response; 0 = the tool's default.
+	MsgSize int
+}
+
+// Instances are the client runs of one trial, started together: one for a tool that runs
+// parallel streams itself (iperf3 -P), Streams runs of one stream each for a driver that
+// cannot (netperf: a MultiDriver). Each run's spec is complete (its own data port).
+func Instances(d Driver, s Spec) []Spec {
+	if m, ok := d.(MultiDriver); ok && s.Streams > 1 {
+		return m.Instances(s)
+	}
+	return []Spec{s}
+}
+
+// MultiDriver is a driver whose tool runs one stream per process: a trial of several streams
+// runs several instances at once and merges what they measured.
+type MultiDriver interface {
+	Driver
+	// Instances are the specs of s.Streams instances, each a one-stream spec.
+	Instances(s Spec) []Spec
+	// Merge makes one trial's metrics of what the instances of s measured (in Instances'
+	// order, each as Parse returned it).
+	Merge(ms []Metrics, s Spec) (Metrics, error)
+}
+
+// MaxUDPMsg is the largest UDP payload one datagram carries (65535 less the IPv4 and UDP
+// headers).
+const MaxUDPMsg = 65507
+
+// CheckWorkload rejects parallel streams or a message size that protocol's tool cannot run:
+// HTTP fetches a file with curl (neither applies), a UDP message is one datagram.
+func CheckWorkload(protocol string, streams, msgSize int) error {
+	switch protocol {
+	case "http":
+		if streams > 1 || msgSize > 0 {
+			return fmt.Errorf("protocol http fetches a file with curl: streams and msg-size do not apply (remove them, or measure tcp,udp,rr,crr)")
+		}
+	case "udp", "udprr":
+		if msgSize > MaxUDPMsg {
+			return fmt.Errorf("msg-size %d: a UDP datagram carries at most %d bytes", msgSize, MaxUDPMsg)
+		}
+	}
+	return nil
 }
 
 // Metrics maps metric names (which carry their unit, e.g. "throughput_bps") to values.

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/cnibench/cnibench/internal/result"
 )
 
 func readTestdata(t *testing.T, name string) []byte {
@@ -59,6 +61,7 @@ func TestParseIperf3TCP(t *testing.T) {
 		"cpu_client_proc_pct": 54.16713015108815, // end.cpu_utilization_percent.host_total: one process
 		"cpu_server_proc_pct": 78.18633127255315,
 		"rtt_mean_us":         148,
+		result.MsgSizeMetric:  131072, // start.test_start.blksize: iperf3's default TCP write
 	})
 }
 
@@ -77,6 +80,7 @@ func TestParseIperf3UDP(t *testing.T) {
 		"jitter_ms":           0.004323593065662967,
 		"cpu_client_proc_pct": 99.501046088887065,
 		"cpu_server_proc_pct": 69.049754616686059,
+		result.MsgSizeMetric:  1448,
 	}
 	assertMetrics(t, m, want)
 
@@ -207,7 +211,7 @@ func TestParseNetperfErrors(t *testing.T) {
 }
 
 func TestCommands(t *testing.T) {
-	const sel = "THROUGHPUT,THROUGHPUT_UNITS,TRANSACTION_RATE,MIN_LATENCY,MEAN_LATENCY,P50_LATENCY,P90_LATENCY,P99_LATENCY,MAX_LATENCY,LOCAL_CPU_UTIL,REMOTE_CPU_UTIL"
+	const sel = "THROUGHPUT,THROUGHPUT_UNITS,TRANSACTION_RATE,MIN_LATENCY,MEAN_LATENCY,P50_LATENCY,P90_LATENCY,P99_LATENCY,MAX_LATENCY,LOCAL_CPU_UTIL,REMOTE_CPU_UTIL,REQUEST_SIZE"
 	for _, tc := range []struct {
 		spec Spec
 		want string

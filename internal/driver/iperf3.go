@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/cnibench/cnibench/internal/result"
 )
 
 // iperf3 drives iperf3 (tested with 3.12) for the "tcp" and "udp" protocols.
@@ -26,10 +28,17 @@ func (iperf3) Command(s Spec) []string {
 	argv := []string{"iperf3", "-c", s.Target,
 		"-p", strconv.Itoa(orDefault(s.Port, ServerPort("iperf3"))),
 		"-t", strconv.Itoa(orDefault(s.DurationS, DefaultDurationS)), "-J"}
+	if s.Streams > 1 {
+		argv = append(argv, "-P", strconv.Itoa(s.Streams))
+	}
 	switch s.Protocol {
 	case "tcp":
 		// -O: the first second (slow start) runs but is left out of the figures.
-		return append(argv, "-O", strconv.Itoa(TCPOmitS), "-N", "-Z", "-M", strconv.Itoa(orDefault(s.MSS, DefaultLen)))
+		argv = append(argv, "-O", strconv.Itoa(TCPOmitS), "-N", "-Z", "-M", strconv.Itoa(orDefault(s.MSS, DefaultLen)))
+		if s.MsgSize > 0 {
+			argv = append(argv, "-l", strconv.Itoa(s.MsgSize))
+		}
+		return argv
 	case "udp":
 		// --get-server-output is not needed: 3.12 puts the receiver's figures in end.sum_received.
 		return append(argv, "-u", "-b", "0", "-l", strconv.Itoa(orDefault(s.UDPLen, DefaultLen)))
@@ -53,8 +62,9 @@ type iperfOutput struct {
 	Error string `json:"error"`
 	Start struct {
 		TestStart struct {
-			Protocol string `json:"protocol"`
-			Blksize  int    `json:"blksize"`
+			Protocol   string `json:"protocol"`
+			Blksize    int    `json:"blksize"`
+			NumStreams int    `json:"num_streams"`
 		} `json:"test_start"`
 	} `json:"start"`
 	End struct {
@@ -93,7 +103,13 @@ func (iperf3) Parse(out []byte, s Spec) (Metrics, error) {
 	if p := r.Start.TestStart.Protocol; p != "" && !strings.EqualFold(p, s.Protocol) {
 		return nil, fmt.Errorf("iperf3: output is a %s test, want %s", p, s.Protocol)
 	}
+	if want, got := max(s.Streams, 1), r.Start.TestStart.NumStreams; got > 0 && got != want {
+		return nil, fmt.Errorf("iperf3: output is a test of %d streams, want %d", got, want)
+	}
 	m := Metrics{}
+	if b := r.Start.TestStart.Blksize; b > 0 {
+		m[result.MsgSizeMetric] = float64(b) // what iperf3 wrote at a time (-l, or its default)
+	}
 	if c := r.End.CPU; c != nil {
 		// iperf3's figures are each process's own CPU time over the test, in % of one core
 		// (more than 100 when it used more than one): not a share of the host.

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/cnibench/cnibench/internal/result"
 )
 
 // netperf drives netperf/netserver (tested with 2.7.0) for the request/response protocols.
@@ -20,7 +22,7 @@ var netperfTests = map[string]string{"rr": "TCP_RR", "crr": "TCP_CRR", "udprr": 
 // but -j makes it explicit).
 const netperfSelectors = "THROUGHPUT,THROUGHPUT_UNITS,TRANSACTION_RATE," +
 	"MIN_LATENCY,MEAN_LATENCY,P50_LATENCY,P90_LATENCY,P99_LATENCY,MAX_LATENCY," +
-	"LOCAL_CPU_UTIL,REMOTE_CPU_UTIL"
+	"LOCAL_CPU_UTIL,REMOTE_CPU_UTIL,REQUEST_SIZE"
 
 var netperfLatency = []struct{ key, metric string }{
 	{"MIN_LATENCY", "latency_min_us"},
@@ -52,7 +54,97 @@ func (netperf) Command(s Spec) []string {
 	if s.DataPort > 0 {
 		argv = append(argv, "-P", ","+strconv.Itoa(s.DataPort))
 	}
+	if s.MsgSize > 0 {
+		argv = append(argv, "-r", strconv.Itoa(s.MsgSize)+","+strconv.Itoa(s.MsgSize))
+	}
 	return append(argv, "-k", netperfSelectors)
+}
+
+// Instances: netperf runs one test (one connection at a time) per process, so s.Streams
+// streams are s.Streams netperf instances against the one netserver, which serves each in a
+// process of its own. Instance i has data port DataPort+i (two tests cannot listen on one
+// port); the ports of a Service or a policy must admit them all (DataPorts).
+func (netperf) Instances(s Spec) []Spec {
+	out := make([]Spec, max(s.Streams, 1))
+	for i := range out {
+		out[i] = s
+		out[i].Streams = 1
+		if s.DataPort > 0 {
+			out[i].DataPort = s.DataPort + i
+		}
+	}
+	return out
+}
+
+// Merge makes one trial of concurrent instances' figures: the transaction rates add up (each
+// instance ran for the same -l); the mean latency is the instances' means weighted by their
+// transactions and min/max the extremes, which are exact. netperf (Debian's 2.7.0, built
+// without --enable-histogram) prints only its P50/P90/P99, not the histogram they come from,
+// so the percentiles of all transactions together cannot be computed: Merge reports the
+// range they lie in instead, latency_pNN_low_us..latency_pNN_high_us (the least and the
+// greatest instance's: a mixture's quantile lies between its parts'), never an average of
+// percentiles under the name of a percentile. CPU figures are the host's as each instance saw
+// it over the same period: the largest is kept.
+func (netperf) Merge(ms []Metrics, s Spec) (Metrics, error) {
+	if len(ms) == 0 {
+		return nil, fmt.Errorf("netperf: no instance to merge")
+	}
+	if len(ms) == 1 {
+		return ms[0], nil
+	}
+	out := Metrics{}
+	var rate, weighted float64
+	for i, m := range ms {
+		r, ok := m["transactions_per_s"]
+		if !ok {
+			return nil, fmt.Errorf("netperf: instance %d of %d measured no transaction rate", i+1, len(ms))
+		}
+		rate += r
+		weighted += r * m["latency_mean_us"]
+	}
+	out["transactions_per_s"] = rate
+	if rate > 0 && all(ms, "latency_mean_us") {
+		out["latency_mean_us"] = weighted / rate
+	}
+	extreme := func(key string, pick func(a, b float64) float64) (float64, bool) {
+		if !all(ms, key) {
+			return 0, false
+		}
+		v := ms[0][key]
+		for _, m := range ms[1:] {
+			v = pick(v, m[key])
+		}
+		return v, true
+	}
+	lo, hi := func(a, b float64) float64 { return math.Min(a, b) }, func(a, b float64) float64 { return math.Max(a, b) }
+	for _, k := range []struct {
+		key, out string
+		pick     func(a, b float64) float64
+	}{
+		{"latency_min_us", "latency_min_us", lo},
+		{"latency_max_us", "latency_max_us", hi},
+		{"latency_p50_us", "latency_p50_low_us", lo}, {"latency_p50_us", "latency_p50_high_us", hi},
+		{"latency_p90_us", "latency_p90_low_us", lo}, {"latency_p90_us", "latency_p90_high_us", hi},
+		{"latency_p99_us", "latency_p99_low_us", lo}, {"latency_p99_us", "latency_p99_high_us", hi},
+		{"cpu_client_host_pct", "cpu_client_host_pct", hi},
+		{"cpu_server_host_pct", "cpu_server_host_pct", hi},
+		{result.MsgSizeMetric, result.MsgSizeMetric, hi},
+	} {
+		if v, ok := extreme(k.key, k.pick); ok {
+			out[k.out] = v
+		}
+	}
+	return out, nil
+}
+
+// all tells whether every instance measured key.
+func all(ms []Metrics, key string) bool {
+	for _, m := range ms {
+		if _, ok := m[key]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // Parse reads the key=value lines of netperf -k output; other lines (the test banner) are
@@ -115,6 +207,11 @@ func (netperf) Parse(out []byte, s Spec) (Metrics, error) {
 		if v, err := num(key); err == nil && v >= 0 && !math.IsInf(v, 0) {
 			m[metric] = v
 		}
+	}
+	// The request size (the response's is the same: -r B,B) is what the test used; recordings
+	// made before it was asked for lack it.
+	if v, err := num("REQUEST_SIZE"); err == nil && v > 0 {
+		m[result.MsgSizeMetric] = v
 	}
 	return m, nil
 }

@@ -148,6 +148,8 @@ func TestRealCluster(t *testing.T) {
 	// p2s's TCP and TCP_CRR through kube-proxy iptables run in the fidelity subtest (across
 	// nodes) and every protocol through its nftables mode in TestRealClusterNFTables.
 	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s", "--protocol", "udp,rr") })
+	t.Run("cli-streams", func(t *testing.T) { streamsOnCluster(t, h, bin) })
+	t.Run("cli-hairpin", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "hairpin", "--protocol", "tcp,crr") })
 	t.Run("fidelity", func(t *testing.T) { fidelityOnCluster(t, h, bin) })
 	t.Run("n2s", func(t *testing.T) { n2sOnCluster(t, h) })
 	t.Run("reaction", func(t *testing.T) { reactionOnCluster(t, h, bin) })
@@ -382,6 +384,8 @@ func TestRealClusterCilium(t *testing.T) {
 	t.Run("cilium", func(t *testing.T) { ciliumOnCluster(t, h) })
 	t.Run("facts-and-policy-probe", func(t *testing.T) { probeOnCluster(t, h) })
 	cliOnCluster(t, h, bin, "--scenario", "p2s", "--protocol", "tcp,crr")
+	// Hairpin through Cilium's socket LB (no kube-proxy).
+	t.Run("hairpin", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "hairpin", "--protocol", "tcp,crr") })
 	t.Run("p2p-policies", func(t *testing.T) {
 		cliOnCluster(t, h, bin, "--scenario", "p2p-policies", "--placement", "inter", "--protocol", "tcp,rr", "--pods", "2")
 	})
@@ -394,8 +398,10 @@ func TestRealClusterNFTables(t *testing.T) {
 	t.Run("flannel", func(t *testing.T) { flannelOnCluster(t, h) })
 	t.Run("flannel-objects", func(t *testing.T) { flannelObjects(t, h) })
 	cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr")
-	// Services through kube-proxy's nftables mode: every protocol, intra and inter node.
+	// Services through kube-proxy's nftables mode: every protocol, intra and inter node; and a
+	// pod through its own Service (the nftables endpoint chain's hairpin masquerade).
 	cliOnCluster(t, h, bin, "--scenario", "p2s")
+	cliOnCluster(t, h, bin, "--scenario", "hairpin", "--protocol", "tcp,crr")
 	// NodePorts through it, from outside.
 	t.Run("n2s", func(t *testing.T) { n2sOnCluster(t, h) })
 	// How fast kube-proxy's nftables mode follows endpoints.
@@ -545,6 +551,28 @@ func cliOnCluster(t *testing.T, h *Harness, bin string, args ...string) {
 		}
 		if r.Status != want {
 			t.Errorf("%s: status %q (%s), want %s", r.Case.ID, r.Status, r.Reason, want)
+		}
+	}
+}
+
+// streamsOnCluster measures parallel streams through a Service across nodes: iperf3 -P 3, and
+// three netperf instances at once, each on its own data port (the Service carries them all),
+// with 512-byte messages; the instances' rates add up and their percentiles come out as a range.
+func streamsOnCluster(t *testing.T, h *Harness, bin string) {
+	sum := cliSummary(t, h, bin, true, "--scenario", "p2s", "--placement", "inter", "--protocol", "tcp,rr", "--streams", "3", "--msg-size", "512")
+	for _, r := range sum.Results {
+		if r.Status != "ok" || r.Case.Streams != 3 || r.Case.MsgSize != 512 {
+			t.Errorf("%s: status %q (%s), streams %d, msg size %d", r.Case.ID, r.Status, r.Reason, r.Case.Streams, r.Case.MsgSize)
+			continue
+		}
+		if m := r.Metrics[result.MsgSizeMetric]; m.N == 0 || m.Min != 512 || m.Max != 512 {
+			t.Errorf("%s: the tool used %v-byte messages, want 512", r.Case.ID, m)
+		}
+		if r.Case.Protocol == "rr" {
+			lo, hi := r.Metrics["latency_p99_low_us"], r.Metrics["latency_p99_high_us"]
+			if _, one := r.Metrics["latency_p99_us"]; one || lo.N == 0 || hi.N == 0 || lo.Min > hi.Max {
+				t.Errorf("%s: concurrent instances' P99: one figure %v, range %v..%v", r.Case.ID, one, lo, hi)
+			}
 		}
 	}
 }

@@ -10,7 +10,8 @@ import (
 // scenario's Check) and returns their
 // cases in order: groups in file order, then dataplane > placement > protocol > services >
 // policies > pods > replicas > proxy > policy > nf > chain-length > rules >
-// external-traffic-policy > vnf > cpu-limit > cpu-isolation > frame-size > lb > copy. Dataplane x
+// external-traffic-policy > vnf > cpu-limit > cpu-isolation > frame-size > lb > search > change > sync >
+// noisy > noisy-cpu-limit > streams > msg-size > fragment > copy. Dataplane x
 // placement combinations the scenario's Valid rejects are dropped. The underlay MTU and node count are case labels (in
 // the id when not the defaults), so a plan can sweep them; copies (default 1) plans each case
 // that many times, the later copies with "/copy=N" in the id. A case whose ID an earlier case
@@ -112,6 +113,15 @@ func (res resolved) cases(scen, backend string, copies int) []result.Case {
 	cs = along(cs, res.syncs, func(c *result.Case, v string) { c.Sync = v })
 	cs = along(cs, res.noisy, func(c *result.Case, v int) { c.Noisy = v })
 	cs = along(cs, res.noisyLimits, func(c *result.Case, v int) { c.NoisyCPULimit = v })
+	// One stream is the default: such a case carries 0, as one of a plan that sets none, so
+	// both have one id and the same labels.
+	cs = along(cs, res.streams, func(c *result.Case, v int) {
+		if c.Streams = v; v == 1 {
+			c.Streams = 0
+		}
+	})
+	cs = along(cs, res.msgSizes, func(c *result.Case, v int) { c.MsgSize = v })
+	cs = along(cs, res.fragments, func(c *result.Case, v string) { c.Fragment = v })
 	if copies > 1 {
 		var nums []int
 		for n := 1; n <= copies; n++ {

@@ -39,7 +39,7 @@ var Keys = []string{
 	"scenario", "dataplane", "placement", "protocol",
 	"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules",
 	"external-traffic-policy", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb",
-	"search", "noisy", "noisy-cpu-limit", "change", "sync",
+	"search", "noisy", "noisy-cpu-limit", "change", "sync", "streams", "msg-size", "fragment",
 	"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies",
 }
 
@@ -63,6 +63,10 @@ var LoadBalancers = []string{"service", "ingress", "ingress-remote"}
 // SyncModes are the values of key sync: how the lab's proxy programs a change, only what
 // changed (as kube-proxy's partial syncs do) or every Service again (a full resync).
 var SyncModes = []string{"partial", "full"}
+
+// FragmentModes are the values of key fragment: "allow" sends UDP messages larger than one
+// packet at the pod MTU fragmented.
+var FragmentModes = []string{result.FragmentAllow}
 
 // Catalog describes what this build and host can run.
 type Catalog struct {
@@ -114,8 +118,15 @@ type Group struct {
 	NoisyCPULimit []int    `yaml:"noisy-cpu-limit,omitempty,flow"`
 	// Change sweeps the kind of change the change scenario makes (service-add, ...); Sync how
 	// the lab's proxy programs it (partial, full).
-	Change   []string `yaml:"change,omitempty,flow"`
-	Sync     []string `yaml:"sync,omitempty,flow"`
+	Change []string `yaml:"change,omitempty,flow"`
+	Sync   []string `yaml:"sync,omitempty,flow"`
+	// Streams sweeps the parallel streams of a trial (iperf3 -P; for rr and crr concurrent
+	// netperf instances), MsgSize its message size in bytes (iperf3 -l, netperf -r).
+	Streams []int `yaml:"streams,omitempty,flow"`
+	MsgSize []int `yaml:"msg-size,omitempty,flow"`
+	// Fragment "allow" lets a UDP message larger than one packet at the pod MTU be sent
+	// fragmented (unset: such a case is skipped).
+	Fragment []string `yaml:"fragment,omitempty,flow"`
 	Repeat   *int     `yaml:"repeat,omitempty"`   // trials per case
 	Duration *int     `yaml:"duration,omitempty"` // seconds per trial
 	Warmup   *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
@@ -241,6 +252,9 @@ func (g Group) clone() Group {
 	c.Sync = slices.Clone(g.Sync)
 	c.Noisy = slices.Clone(g.Noisy)
 	c.NoisyCPULimit = slices.Clone(g.NoisyCPULimit)
+	c.Streams = slices.Clone(g.Streams)
+	c.MsgSize = slices.Clone(g.MsgSize)
+	c.Fragment = slices.Clone(g.Fragment)
 	c.ExternalTrafficPolicy = slices.Clone(g.ExternalTrafficPolicy)
 	c.Repeat = ptrClone(g.Repeat)
 	c.Duration = ptrClone(g.Duration)
@@ -287,6 +301,8 @@ func (g *Group) strList(k string) *[]string {
 		return &g.Change
 	case "sync":
 		return &g.Sync
+	case "fragment":
+		return &g.Fragment
 	}
 	return nil
 }
@@ -313,6 +329,10 @@ func (g *Group) intList(k string) *[]int {
 		return &g.Noisy
 	case "noisy-cpu-limit":
 		return &g.NoisyCPULimit
+	case "streams":
+		return &g.Streams
+	case "msg-size":
+		return &g.MsgSize
 	}
 	return nil
 }

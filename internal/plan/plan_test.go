@@ -30,7 +30,7 @@ func testCatalog() Catalog {
 				Protocols:        testProtocols,
 				DefaultProtocols: []string{"tcp", "udp", "rr", "crr"},
 				// The test catalog lets p2p take every scale key to exercise their checks.
-				Params: []string{"services", "policies", "pods", "replicas", "proxy", "policy"},
+				Params: []string{"services", "policies", "pods", "replicas", "proxy", "policy", "streams", "msg-size", "fragment"},
 			},
 		},
 		Dataplanes: []string{"flannel", "calico", "flannel-hostgw", "calico-vxlan"},
@@ -44,7 +44,7 @@ func testCatalog() Catalog {
 	}
 }
 
-const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit, change, sync, repeat, duration, warmup, cpus, mtu, nodes, copies"
+const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit, change, sync, streams, msg-size, fragment, repeat, duration, warmup, cpus, mtu, nodes, copies"
 
 func mustParse(t *testing.T, text string) []Group {
 	t.Helper()
@@ -232,7 +232,7 @@ func TestValidateErrors(t *testing.T) {
 
 func TestValidateUnusedParam(t *testing.T) {
 	err := Validate(mustParse(t, "- scenario: baseline\n  services: [5]\n"), testCatalog(), "plans/x.yaml")
-	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit, change, sync it uses none of them): remove it"
+	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit, change, sync, streams, msg-size, fragment it uses none of them): remove it"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
@@ -578,6 +578,61 @@ func TestExpandSweepsMTUNodesCopies(t *testing.T) {
 	}
 	if _, err := Expand(mustParse(t, "- scenario: p2p\n  copies: 11\n"), testCatalog(), "lab", BuiltinDefaults()); err == nil || !strings.Contains(err.Error(), "[0].copies: 11 out of range (1..10)") {
 		t.Errorf("copies 11: %v", err)
+	}
+}
+
+// Streams and message sizes sweep as scale dimensions: in the id only when not the default, so
+// one stream planned explicitly is the case a plan without the key has.
+func TestExpandStreamsMsgSize(t *testing.T) {
+	g := mustParse(t, `
+- scenario: p2p
+  dataplane: flannel
+  placement: inter
+  protocol: [tcp, rr]
+  streams: [1, 4]
+  msg-size: [64, 8192]
+- scenario: p2p
+  dataplane: flannel
+  placement: inter
+  protocol: tcp
+  msg-size: 64
+`)
+	specs, err := Expand(g, testCatalog(), "lab", BuiltinDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"p2p/flannel/inter/tcp/msg=64", "p2p/flannel/inter/tcp/msg=8192",
+		"p2p/flannel/inter/tcp/streams=4/msg=64", "p2p/flannel/inter/tcp/streams=4/msg=8192",
+		"p2p/flannel/inter/rr/msg=64", "p2p/flannel/inter/rr/msg=8192",
+		"p2p/flannel/inter/rr/streams=4/msg=64", "p2p/flannel/inter/rr/streams=4/msg=8192"}
+	if got := ids(specs); !reflect.DeepEqual(got, want) {
+		t.Fatalf("ids\n got %v\nwant %v", got, want)
+	}
+	if c := specs[0].Case; c.Streams != 0 || c.MsgSize != 64 {
+		t.Errorf("one stream is stored as the default (0): %+v", c)
+	}
+	if c := specs[2].Case; c.Streams != 4 || c.MsgSize != 64 {
+		t.Errorf("labels %+v", c)
+	}
+	frag, err := Expand([]Group{mustFlags(t, map[string]string{"scenario": "p2p", "dataplane": "flannel", "placement": "inter",
+		"protocol": "udp", "msg-size": "9000", "fragment": "allow"})}, testCatalog(), "lab", BuiltinDefaults())
+	if err != nil || len(frag) != 1 || frag[0].Case.ID != "p2p/flannel/inter/udp/fragment=allow/msg=9000" {
+		t.Errorf("fragment allow: %v, %v: want one case whose id says fragment=allow", frag, err)
+	}
+	for _, tc := range []struct {
+		flags map[string]string
+		want  string
+	}{
+		{map[string]string{"scenario": "p2p", "streams": "0"}, "--streams: 0 out of range (1..64)"},
+		{map[string]string{"scenario": "p2p", "streams": "65"}, "--streams: 65 out of range (1..64)"},
+		{map[string]string{"scenario": "p2p", "msg-size": "0"}, "--msg-size: 0 out of range (1..1048576)"},
+		{map[string]string{"scenario": "baseline", "streams": "2"}, "--streams: scenario baseline does not use streams"},
+		{map[string]string{"scenario": "p2p", "protocol": "udp", "msg-size": "9000", "fragment": "yes"}, `--fragment: unknown fragment "yes" (valid: allow)`},
+	} {
+		_, err := Expand([]Group{mustFlags(t, tc.flags)}, testCatalog(), "lab", BuiltinDefaults())
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want %q", tc.flags, err, tc.want)
+		}
 	}
 }
 

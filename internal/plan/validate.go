@@ -11,7 +11,8 @@ import (
 
 // paramKeys are the keys a scenario uses only when its Info.Params name them.
 var paramKeys = []string{"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules", "external-traffic-policy",
-	"vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb", "search", "noisy", "noisy-cpu-limit", "change", "sync"}
+	"vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb", "search", "noisy", "noisy-cpu-limit", "change", "sync",
+	"streams", "msg-size", "fragment"}
 
 // bounds is the inclusive range of an integer key.
 type bounds struct{ lo, hi int }
@@ -28,6 +29,8 @@ var ranges = map[string]bounds{
 	"frame-size":      {64, 1518},
 	"noisy":           {0, 64},
 	"noisy-cpu-limit": {0, 64000},
+	"streams":         {1, 64},
+	"msg-size":        {1, 1 << 20}, // iperf3's largest TCP block; a protocol's own limit is its driver's
 	"repeat":          {1, 1000},
 	"duration":        {1, 3600},
 	"warmup":          {0, 600},
@@ -121,8 +124,8 @@ type resolved struct {
 	dataplanes, placements, protocols, proxies, policyNames, nfs []string
 	services, policies, pods, replicas, lengths, rules           []int
 	etps                                                         []string // externalTrafficPolicy
-	vnfs, isolations, lbs, searches, changes, syncs              []string
-	cpuLimits, frameSizes, noisy, noisyLimits                    []int
+	vnfs, isolations, lbs, searches, changes, syncs, fragments   []string
+	cpuLimits, frameSizes, noisy, noisyLimits, streams, msgSizes []int
 }
 
 func orStr(v, def []string) []string {
@@ -172,6 +175,9 @@ func resolveGroup(g *Group, info scenario.Info, cat Catalog) resolved {
 		syncs:       orStr(g.Sync, orStr(info.DefaultStrs["sync"], []string{""})),
 		noisy:       orInt(g.Noisy, orInt(info.DefaultInts["noisy"], []int{0})),
 		noisyLimits: orInt(g.NoisyCPULimit, orInt(info.DefaultInts["noisy-cpu-limit"], []int{0})),
+		streams:     orInt(g.Streams, []int{0}),
+		msgSizes:    orInt(g.MsgSize, []int{0}),
+		fragments:   orStr(g.Fragment, []string{""}),
 	}
 }
 
@@ -221,7 +227,7 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Integer lists.
-	for _, key := range []string{"services", "policies", "pods", "replicas", "chain-length", "rules", "cpu-limit", "frame-size", "noisy", "noisy-cpu-limit"} {
+	for _, key := range []string{"services", "policies", "pods", "replicas", "chain-length", "rules", "cpu-limit", "frame-size", "noisy", "noisy-cpu-limit", "streams", "msg-size"} {
 		vals := *g.intList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
@@ -235,14 +241,14 @@ func validateGroup(c checker, cat Catalog) error {
 	}
 
 	// Free-form string lists.
-	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy", "vnf", "cpu-isolation", "lb", "search", "change", "sync"} {
+	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy", "vnf", "cpu-isolation", "lb", "search", "change", "sync", "fragment"} {
 		vals := *g.strList(key)
 		if vals != nil && len(vals) == 0 {
 			return c.fail(key, -1, "empty list (remove the key to use the default)")
 		}
 		allowed := map[string][]string{"proxy": cat.Proxies, "policy": cat.Policies, "nf": cat.NFs, "external-traffic-policy": ExternalTrafficPolicies,
 			"vnf": cat.VNFs, "cpu-isolation": CPUIsolations, "lb": LoadBalancers, "search": cat.Searches,
-			"change": cat.Changes, "sync": SyncModes}[key]
+			"change": cat.Changes, "sync": SyncModes, "fragment": FragmentModes}[key]
 		for i, v := range vals {
 			if v == "" {
 				return c.fail(key, i, "empty value")

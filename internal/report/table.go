@@ -315,6 +315,10 @@ func detail(r result.CaseResult) string {
 	if p50, ok := r.Metrics["latency_p50_us"]; ok {
 		d = fmt.Sprintf("p50 %.0f / p99 %.0f us", p50.TrimmedMean, r.Metrics["latency_p99_us"].TrimmedMean)
 	}
+	if lo, ok := r.Metrics["latency_p99_low_us"]; ok {
+		// Concurrent netperf instances: their percentiles' range, not one percentile.
+		d = fmt.Sprintf("mean %.0f us, p99 in %.0f..%.0f us", r.Metrics["latency_mean_us"].TrimmedMean, lo.TrimmedMean, r.Metrics["latency_p99_high_us"].TrimmedMean)
+	}
 	if up, ok := r.Metrics["reaction_up_control_ms"]; ok {
 		d = fmt.Sprintf("up: control %.2f + data %.2f ms; down %.2f ms: control %.2f + data %.2f ms; probe every %.2f ms",
 			up.TrimmedMean, r.Metrics["reaction_up_data_ms"].TrimmedMean, r.Metrics["reaction_down_ms"].TrimmedMean,

@@ -35,6 +35,9 @@ func TestExternalTrafficPolicyLabel(t *testing.T) {
 
 // The exports carry the label where it is set, and only there.
 func TestExternalTrafficPolicyExported(t *testing.T) {
+	// As the n2s scenario registers itself (internal/scenario is not imported here).
+	result.RegisterScenario("n2s", result.Judge{Service: func(result.Case) bool { return true }})
+	defer result.RegisterScenario("n2s", result.Judge{})
 	cases := []result.Case{
 		{Scenario: "n2s", Backend: "lab", Dataplane: "calico", Placement: "intra", Protocol: "tcp", Tool: "iperf3", ExternalTrafficPolicy: "local"},
 		{Scenario: "p2s", Backend: "lab", Dataplane: "calico", Placement: "intra", Protocol: "tcp", Tool: "iperf3"},
@@ -69,5 +72,8 @@ func TestExternalTrafficPolicyExported(t *testing.T) {
 	}
 	if !strings.Contains(lines[1], "iperf3,TCP_STREAM,true,false,false,true,") {
 		t.Errorf("an n2s row goes through a Service: %s", lines[1])
+	}
+	if !strings.Contains(lines[2], "iperf3,TCP_STREAM,true,false,false,false,") {
+		t.Errorf("a scenario that registered no Service and stands none does not: %s", lines[2])
 	}
 }

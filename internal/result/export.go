@@ -135,40 +135,6 @@ func (r Run) needSummary(format string) error {
 		r.Dir, SummaryJSONFile, format, r.Dir, ErrNotRun)
 }
 
-// trialsByCase returns the measured trials per case id, in file order.
-func (r Run) trialsByCase() map[string][]Trial {
-	out := map[string][]Trial{}
-	for _, t := range r.Trials {
-		if t.Measured() {
-			id := t.Case.Key()
-			out[id] = append(out[id], t)
-		}
-	}
-	return out
-}
-
-// conditionInt returns a trial condition as an int (JSON numbers decode as float64; a string
-// holding an integer is accepted too).
-func conditionInt(t Trial, key string) (int, bool) {
-	switch v := t.Conditions[key].(type) {
-	case float64:
-		if v == float64(int(v)) {
-			return int(v), true
-		}
-	case int:
-		return v, true
-	case json.Number:
-		if n, err := v.Int64(); err == nil {
-			return int(n), true
-		}
-	case string:
-		if n, err := strconv.Atoi(v); err == nil {
-			return n, true
-		}
-	}
-	return 0, false
-}
-
 // caseLabels are a case's labels as name/value pairs, in the order of DESIGN.md's case
 // labels; external_traffic_policy, change, sync and scale dimensions beyond the four counts (mtu, nodes,
 // copy) only when set.

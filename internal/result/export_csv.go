@@ -56,12 +56,22 @@ func NetperfCSVHeader() []string {
 	return append(append([]string{}, NetperfCSVColumns...), CaseCSVColumns...)
 }
 
-// Condition keys a trial may record that map to k8s-netperf columns: parallel streams
-// ("Parallelism", 1 when absent) and the message size ("Message Size", 0 when absent).
-const (
-	StreamsCondition     = "streams"
-	MessageSizeCondition = "message_size"
-)
+// MsgSizeMetric is the metric under which a trial records the message size its tool used
+// (bytes: the case's msg_size, or the tool's default for the protocol): k8s-netperf's
+// "Message Size" of a case that does not set one.
+const MsgSizeMetric = "msg_size_bytes"
+
+// msgSize is a case's "Message Size": its msg_size label, else the size its trials recorded
+// (MsgSizeMetric), else 0.
+func msgSize(r CaseResult) int {
+	if r.Case.MsgSize > 0 {
+		return r.Case.MsgSize
+	}
+	if m, ok := r.Metrics[MsgSizeMetric]; ok && m.N > 0 {
+		return int(math.Round(m.Median))
+	}
+	return 0
+}
 
 // netperfProfile is how a cnibench protocol reads in k8s-netperf's terms: its profile name, the
 // metric that is its "Avg Throughput", and the unit k8s-netperf prints it in.
@@ -117,12 +127,6 @@ func p99Latency(r CaseResult) (float64, bool) {
 // hostNetwork tells whether a case measures the host network: the node-to-node baseline.
 func hostNetwork(c Case) bool { return c.Scenario == "baseline" && c.Dataplane == "node2node" }
 
-// throughService tells whether a case's client talks to a Service: the p2s scenarios and n2s
-// (through a NodePort), and any case that takes Services.
-func throughService(c Case) bool {
-	return strings.HasPrefix(c.Scenario, "p2s") || c.Scenario == "n2s" || c.Services > 0
-}
-
 // WriteNetperfCSV writes the csv export: k8s-netperf's result columns, then the case labels
 // (CaseCSVColumns), one row per case of summary.json. Skipped and failed cases have a row
 // with their reason; their figures are empty. Figures are the summary's in k8s-netperf's
@@ -134,7 +138,6 @@ func WriteNetperfCSV(w io.Writer, r Run) error {
 	if err := r.needSummary(FormatCSV); err != nil {
 		return err
 	}
-	trials := r.trialsByCase()
 	all := map[string][]Trial{} // every trial but warm-ups: skipped ones record a duration too
 	for _, t := range r.Trials {
 		if !t.Warmup {
@@ -149,23 +152,22 @@ func WriteNetperfCSV(w io.Writer, r Run) error {
 		c := res.Case
 		id := c.Key()
 		p := profileOf(c)
-		ts := trials[id]
 		row := []string{
 			c.Tool,
 			p.profile,
 			strconv.FormatBool(c.Placement == "intra"),
 			strconv.FormatBool(hostNetwork(c)),
 			"false", // VM mode
-			strconv.FormatBool(throughService(c)),
+			strconv.FormatBool(c.ThroughService()),
 			"false",        // External Server
 			"", "", "", "", // UDN, Bridge, SR-IOV, Macvlan Info
 			"", // Localnet Info
 			r.duration(id, all[id]),
-			strconv.Itoa(commonCondition(ts, StreamsCondition, 1)),
+			strconv.Itoa(max(c.Streams, 1)),
 		}
 		m, ok := res.Metrics[p.metric]
 		figures := make([]string, 6) // samples, message size, burst, ci low, ci high, avg
-		figures[1] = strconv.Itoa(commonCondition(ts, MessageSizeCondition, 0))
+		figures[1] = strconv.Itoa(msgSize(res))
 		figures[2] = "0" // Burst
 		if ok && m.N > 0 {
 			var lo, hi float64
@@ -216,21 +218,4 @@ func (r Run) duration(id string, trials []Trial) string {
 		}
 	}
 	return strconv.Itoa(best)
-}
-
-// commonCondition is the integer condition key that most of trials recorded, or def.
-func commonCondition(trials []Trial, key string, def int) int {
-	count := map[int]int{}
-	best, bestN := def, 0
-	for _, t := range trials {
-		v, ok := conditionInt(t, key)
-		if !ok {
-			continue
-		}
-		count[v]++
-		if count[v] > bestN {
-			best, bestN = v, count[v]
-		}
-	}
-	return best
 }

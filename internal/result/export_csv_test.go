@@ -87,7 +87,7 @@ func TestExportCSV(t *testing.T) {
 	}
 	wants := map[int]want{
 		fxNode2Node: {"iperf3", "TCP_STREAM", "false", "true", "false", "1", "0", "throughput_bps", "Mb/s", 1e6, "", 0, "ok"},
-		fxRR:        {"netperf", "TCP_RR", "true", "false", "false", "1", "0", "transactions_per_s", "OP/s", 1, "latency_p99_us", 1, "ok"},
+		fxRR:        {"netperf", "TCP_RR", "true", "false", "false", "1", "1", "transactions_per_s", "OP/s", 1, "latency_p99_us", 1, "ok"},
 		fxP2S:       {"iperf3", "TCP_STREAM", "false", "false", "true", "4", "1024", "throughput_bps", "Mb/s", 1e6, "", 0, "ok"},
 		fxHTTP:      {"http", "HTTP", "false", "false", "true", "1", "0", "requests_per_s", "OP/s", 1, "ttfb_p99_ms", 1e-3, "ok"},
 		fxSkipped:   {"iperf3", "UDP_STREAM", "false", "false", "false", "1", "0", "throughput_bps", "Mb/s", 1e6, "", 0, "skipped"},

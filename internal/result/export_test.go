@@ -49,6 +49,13 @@ func fixtureCase(scenario, dataplane, placement, protocol, tool string, services
 	return c
 }
 
+// withWorkload gives c streams and a message size (labels in its id).
+func withWorkload(c result.Case, streams, msgSize int) result.Case {
+	c.Streams, c.MsgSize = streams, msgSize
+	c.ID = c.MakeID()
+	return c
+}
+
 // fixture is a run directory and what it was built from.
 type fixture struct {
 	dir     string
@@ -82,7 +89,7 @@ func newFixture(t *testing.T) fixture {
 	f.cases = []result.Case{
 		fixtureCase("baseline", "node2node", "inter", "tcp", "iperf3", 0, 1),
 		fixtureCase("p2p", "flannel", "intra", "rr", "netperf", 0, 1),
-		fixtureCase("p2s", "calico", "inter", "tcp", "iperf3", 100, 1),
+		withWorkload(fixtureCase("p2s", "calico", "inter", "tcp", "iperf3", 100, 1), 4, 1024),
 		fixtureCase("p2s-replicas", "flannel", "inter", "http", "http", 1, 3),
 		fixtureCase("p2p", "calico", "inter", "udp", "iperf3", 0, 1),
 		fixtureCase("p2p", "flannel", "inter", "crr", "netperf", 0, 1),
@@ -94,7 +101,8 @@ func newFixture(t *testing.T) fixture {
 			return map[string]float64{"throughput_bps": 16e9 + k*1.25e8, "retransmits": k, "cpu_client_pct": 90 + k/4}
 		case fxRR:
 			return map[string]float64{"transactions_per_s": 21000 + 37*k, "latency_mean_us": 47 + k/8,
-				"latency_p50_us": 45 + k, "latency_p90_us": 60 + k, "latency_p99_us": 91 + 3*k, "cpu_client_pct": 55.5}
+				"latency_p50_us": 45 + k, "latency_p90_us": 60 + k, "latency_p99_us": 91 + 3*k, "cpu_client_pct": 55.5,
+				result.MsgSizeMetric: 1}
 		case fxP2S:
 			return map[string]float64{"throughput_bps": 9.4e9 - k*3.3e7, "retransmits": 2 * k, "services_program_ms": 830 + k}
 		case fxHTTP:
@@ -145,10 +153,6 @@ func newFixture(t *testing.T) fixture {
 				tr.Status, tr.Error, tr.Metrics = "failed", "netperf: exit status 1", map[string]float64{}
 			default:
 				tr.Metrics = metrics(ci, n)
-			}
-			if ci == fxP2S {
-				tr.Conditions[result.StreamsCondition] = 4
-				tr.Conditions[result.MessageSizeCondition] = 1024
 			}
 			add(tr)
 		}

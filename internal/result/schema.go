@@ -60,10 +60,22 @@ type Case struct {
 	// them: a real cluster has its own); they are in the id only when a plan sweeps them.
 	MTU   int `json:"mtu,omitempty"`
 	Nodes int `json:"nodes,omitempty"`
+	// Streams is how many parallel streams (iperf3 -P) or concurrent netperf instances a
+	// trial runs (0 and 1: one; only more than one is in the id, "/streams=4"); MsgSize the
+	// message size in bytes (iperf3 -l, netperf -r; 0: the tool's default for the protocol).
+	Streams int `json:"streams,omitempty"`
+	MsgSize int `json:"msg_size,omitempty"`
+	// Fragment "allow": UDP messages larger than one packet at the pod MTU are sent fragmented
+	// ("": such a case is skipped).
+	Fragment string `json:"fragment,omitempty"`
 	// Copy numbers identical copies of a case (plan key copies: an A/A test measures the
 	// noise between two copies); 0 and 1 are the first copy, later ones have "/copy=N" in the id.
 	Copy int `json:"copy,omitempty"`
 }
+
+// FragmentAllow is the value of label fragment that lets UDP messages larger than one packet at
+// the pod MTU be sent fragmented.
+const FragmentAllow = "allow"
 
 // DefaultMTU and DefaultNodes are the lab's underlay MTU and node count when a plan sets none;
 // a case id names others ("/mtu=9000", "/nodes=3").
@@ -112,6 +124,9 @@ func (c Case) Modes() []string {
 	}
 	if c.Sync != "" {
 		out = append(out, "sync="+c.Sync)
+	}
+	if c.Fragment != "" {
+		out = append(out, "fragment="+c.Fragment)
 	}
 	return out
 }
@@ -172,6 +187,8 @@ func (c Case) Dims() []Dim {
 		{Key: "size", Name: "frame_size", Value: c.FrameSize, Set: c.FrameSize > 0, Sweep: true},
 		{Key: "noisy", Name: "noisy", Value: c.Noisy, Set: c.Noisy > 0, Sweep: true},
 		{Key: "ncpu", Name: "noisy_cpu_limit", Value: c.NoisyCPULimit, Set: c.NoisyCPULimit > 0, Sweep: true},
+		{Key: "streams", Name: "streams", Value: max(c.Streams, 1), Set: c.Streams > 1, Sweep: true},
+		{Key: "msg", Name: "msg_size", Value: c.MsgSize, Set: c.MsgSize > 0, Sweep: true},
 		{Key: "mtu", Name: "mtu", Value: c.MTU, Set: c.MTU != 0 && c.MTU != DefaultMTU, Sweep: true},
 		{Key: "nodes", Name: "nodes", Value: c.Nodes, Set: c.Nodes != 0 && c.Nodes != DefaultNodes, Sweep: true},
 		{Key: "copy", Name: "copy", Value: c.Copy, Set: c.Copy > 1},
@@ -252,6 +269,18 @@ type Judge struct {
 	NoBaseline bool
 	// Charted are metrics besides the primary one that reports chart in sweeps (nil: none).
 	Charted func(Case) []string
+	// Service says whether a case's client reaches its server through a Service (nil: only a
+	// case with Services does).
+	Service func(Case) bool
+}
+
+// ThroughService tells whether the case's client reaches its server through a Service, as its
+// scenario says (any case that stands Services does).
+func (c Case) ThroughService() bool {
+	if j, ok := judges[c.Scenario]; ok && j.Service != nil && j.Service(c) {
+		return true
+	}
+	return c.Services > 0
 }
 
 // Charted are the metrics besides Primary that reports chart against a swept dimension (a
@@ -270,14 +299,15 @@ var judges = map[string]Judge{}
 func RegisterScenario(name string, j Judge) { judges[name] = j }
 
 // BaselineID names the baseline case a pod result is compared with: the bare veth pair for
-// intra-node cases, node to node over the underlay for inter-node cases, same protocol and
-// lab shape (MTU, nodes). "" for baselines and scenarios no baseline measures the same
+// intra-node cases, node to node over the underlay for inter-node cases, same protocol,
+// workload (streams, message size) and lab shape (MTU, nodes). "" for baselines and scenarios no baseline measures the same
 // (Judge.NoBaseline: reaction times, VNF rates).
 func (c Case) BaselineID() string {
 	if c.Scenario == "baseline" || judges[c.Scenario].NoBaseline {
 		return ""
 	}
-	b := Case{Scenario: "baseline", Dataplane: "bare", Placement: "intra", Protocol: c.Protocol, MTU: c.MTU, Nodes: c.Nodes}
+	b := Case{Scenario: "baseline", Dataplane: "bare", Placement: "intra", Protocol: c.Protocol, MTU: c.MTU, Nodes: c.Nodes,
+		Streams: c.Streams, MsgSize: c.MsgSize, Fragment: c.Fragment}
 	if c.Placement == "inter" {
 		b.Dataplane, b.Placement = "node2node", "inter"
 	}

@@ -27,6 +27,8 @@ func (baseline) Info() Info {
 		Protocols:         driver.Protocols(),
 		DefaultProtocols:  []string{"tcp", "udp", "rr", "crr"},
 		Valid:             func(dp, pl string) bool { return dp != "bare" || pl == "intra" },
+		Params:            workloadParams,
+		Check:             checkWorkload,
 		// node2node's servers listen on the node's own ports.
 		Exclusive: func(c result.Case) bool { return c.Dataplane == "node2node" },
 	}

@@ -39,7 +39,7 @@ func (chain) Info() Info {
 			if err != nil {
 				return err
 			}
-			if need := 2 * len(servicePorts(drv.Name())); c.Rules < need {
+			if need := 2 * len(servicePorts(drv, 1)); c.Rules < need {
 				return fmt.Errorf("rules %d: the %s flow alone needs %d allow rules (each port both ways); set rules to %d or more", c.Rules, c.Protocol, need, need)
 			}
 			return nil
@@ -58,7 +58,7 @@ func (chain) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt O
 	}
 	client, server, ctl, err := ch.Chain(ctx, cluster.ChainSpec{
 		Client: objName(opt, "client"), Server: objName(opt, "server"),
-		NF: c.NF, Length: c.ChainLength, Rules: c.Rules, Ports: servicePorts(drv.Name()), CPUs: opt.CPUs,
+		NF: c.NF, Length: c.ChainLength, Rules: c.Rules, Ports: servicePorts(drv, 1), CPUs: opt.CPUs,
 	})
 	if err != nil {
 		return nil, err

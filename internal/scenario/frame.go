@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -30,44 +31,78 @@ func pin(cpu int, argv []string) []string {
 	return append([]string{"taskset", "-c", strconv.Itoa(cpu)}, argv...)
 }
 
-// measure runs the tool's argv in the client pod, pinned to the client CPU, within timeout,
-// and makes the trial's measurement of it:
-//   - an Exec error fails the trial, named after the tool;
-//   - read parses stdout; its error means the output is unreadable: the trial fails with an
-//     excerpt of stderr and keeps stdout and stderr as raw output;
+// measure runs the tool's argvs in the client pod, all at once (the instances of one trial:
+// usually one), each pinned to the client CPU, within timeout, and makes the trial's
+// measurement of them:
+//   - an Exec error fails the trial, named after the tool (and the instance, of several);
+//   - read parses the stdouts, in argvs' order; its error means the output is unreadable: the
+//     trial fails with an excerpt of stderr and keeps stdout and stderr as raw output;
 //   - a non-zero exit code fails the trial with an excerpt of stderr;
 //   - judge turns what was read into metrics; metrics with an error keep the figures beside
 //     the failure, nil metrics fail the trial without figures.
 //
 // The client node's busy, softirq and steal shares over the run and the setup figures are
-// added to the metrics.
-func measure[T any](ctx context.Context, fr *trialFrame, tool string, argv []string, timeout time.Duration,
-	read func(stdout []byte) (T, error), judge func(T) (map[string]float64, error)) (Measurement, error) {
-	argv = pin(fr.clientCPU, argv)
+// added to the metrics. The trial's client command is the argvs joined by "&" (they ran
+// side by side); its raw output the stdouts one after the other.
+func measure[T any](ctx context.Context, fr *trialFrame, tool string, argvs [][]string, timeout time.Duration,
+	read func(stdouts [][]byte) (T, error), judge func(T) (map[string]float64, error)) (Measurement, error) {
+	pinned := make([][]string, len(argvs))
+	var client []string
+	for i, argv := range argvs {
+		pinned[i] = pin(fr.clientCPU, argv)
+		if i > 0 {
+			client = append(client, "&")
+		}
+		client = append(client, pinned[i]...)
+	}
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cnt0 := readCounters(fr.cl)
 	before, cpuErr := fr.cl.NodeCPU(ctx, fr.client.Node)
-	res, err := fr.cl.Exec(tctx, fr.client.Name, argv)
+	res, errs := execAll(tctx, fr.cl, fr.client.Name, pinned)
 	after, cpuErr2 := fr.cl.NodeCPU(ctx, fr.client.Node)
 	cnt1 := readCounters(fr.cl)
-	if err != nil {
-		return Measurement{Raw: res.Stdout}, fmt.Errorf("%s: %w", tool, err)
-	}
-	stderr := excerptLines(strings.TrimSpace(string(res.Stderr)), 5)
-	out, err := read(res.Stdout)
-	if err != nil {
-		if stderr != "" {
-			err = fmt.Errorf("%w (stderr: %s)", err, stderr)
+	name := func(i int) string {
+		if len(argvs) == 1 {
+			return tool
 		}
-		return Measurement{Raw: append(res.Stdout, res.Stderr...)}, err
+		return fmt.Sprintf("%s (instance %d of %d)", tool, i+1, len(argvs))
 	}
-	if res.ExitCode != 0 {
-		return Measurement{Raw: res.Stdout}, fmt.Errorf("%s exited %d: %s", tool, res.ExitCode, stderr)
+	stdouts := make([][]byte, len(res))
+	var raw, rawErr []byte
+	var stderr []string
+	for i, r := range res {
+		stdouts[i] = r.Stdout
+		if len(res) > 1 {
+			raw = fmt.Appendf(raw, "=== %s\n", name(i))
+			rawErr = fmt.Appendf(rawErr, "=== %s\n", name(i))
+		}
+		raw = append(raw, r.Stdout...)
+		rawErr = append(append(rawErr, r.Stdout...), r.Stderr...)
+		if e := excerptLines(strings.TrimSpace(string(r.Stderr)), 5); e != "" {
+			stderr = append(stderr, e)
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			return Measurement{Raw: raw}, fmt.Errorf("%s: %w", name(i), err)
+		}
+	}
+	out, err := read(stdouts)
+	if err != nil {
+		if len(stderr) > 0 {
+			err = fmt.Errorf("%w (stderr: %s)", err, strings.Join(stderr, "; "))
+		}
+		return Measurement{Raw: rawErr}, err
+	}
+	for i, r := range res {
+		if r.ExitCode != 0 {
+			return Measurement{Raw: raw}, fmt.Errorf("%s exited %d: %s", name(i), r.ExitCode, excerptLines(strings.TrimSpace(string(r.Stderr)), 5))
+		}
 	}
 	m, err := judge(out)
 	if m == nil {
-		return Measurement{Raw: res.Stdout}, err
+		return Measurement{Raw: raw}, err
 	}
 	if cpuErr == nil && cpuErr2 == nil {
 		busy, sirq := cluster.Busy(before, after)
@@ -80,7 +115,28 @@ func measure[T any](ctx context.Context, fr *trialFrame, tool string, argv []str
 	for k, v := range counted(cnt0, cnt1) {
 		m[k] = v
 	}
-	return Measurement{Metrics: m, Raw: res.Stdout, Server: fr.serverCmd, Client: argv}, err
+	return Measurement{Metrics: m, Raw: raw, Server: fr.serverCmd, Client: client}, err
+}
+
+// execAll runs argvs in pod at the same time and returns each one's result and error, in
+// argvs' order (one argv runs on the caller's goroutine).
+func execAll(ctx context.Context, cl cluster.Cluster, pod string, argvs [][]string) ([]cluster.ExecResult, []error) {
+	res := make([]cluster.ExecResult, len(argvs))
+	errs := make([]error, len(argvs))
+	if len(argvs) == 1 {
+		res[0], errs[0] = cl.Exec(ctx, pod, argvs[0])
+		return res, errs
+	}
+	var wg sync.WaitGroup
+	for i, argv := range argvs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i], errs[i] = cl.Exec(ctx, pod, argv)
+		}()
+	}
+	wg.Wait()
+	return res, errs
 }
 
 // readCounters reads the data plane's packet counters where the cluster keeps any (nil

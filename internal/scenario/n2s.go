@@ -41,6 +41,7 @@ var externalTrafficPolicies = []string{"cluster", "local"}
 
 func (n2s) Info() Info {
 	return Info{
+		Service:           always,
 		Summary:           "from outside the cluster to a NodePort Service to pod, externalTrafficPolicy cluster and local, intra and inter node (seed 003)",
 		DefaultDataplanes: []string{"flannel", "calico"},
 		Placements:        []string{"intra", "inter"},

@@ -24,7 +24,8 @@ func (p2p) Info() Info {
 		Placements:        []string{"intra", "inter"},
 		Protocols:         driver.Protocols(),
 		DefaultProtocols:  []string{"tcp", "udp", "rr", "crr"},
-		Params:            []string{"pods"},
+		Params:            append([]string{"pods"}, workloadParams...),
+		Check:             checkWorkload,
 	}
 }
 

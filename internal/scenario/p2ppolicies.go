@@ -36,8 +36,8 @@ func (p2pPolicies) Info() Info {
 		Placements:        []string{"intra", "inter"},
 		Protocols:         driver.Protocols(),
 		DefaultProtocols:  []string{"tcp", "udp", "rr", "crr"},
-		Params:            []string{"pods", "policies", "policy"},
-		Check:             checkPolicies,
+		Params:            append([]string{"pods", "policies", "policy"}, workloadParams...),
+		Check:             func(c result.Case) error { return errors.Join(checkPolicies(c), checkWorkload(c)) },
 		Exclusive:         func(result.Case) bool { return true },
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -27,7 +28,9 @@ func (p2s) Info() Info {
 		Placements:        []string{"intra", "inter"},
 		Protocols:         driver.Protocols(),
 		DefaultProtocols:  []string{"tcp", "udp", "rr", "crr"},
-		Params:            []string{"services", "proxy"},
+		Params:            append([]string{"services", "proxy"}, workloadParams...),
+		Check:             checkWorkload,
+		Service:           always,
 	}
 }
 
@@ -63,29 +66,42 @@ func extraServices(ctx context.Context, cl cluster.Cluster, n int) (pods, servic
 	return pods, services, programMS, nil
 }
 
-// servicePorts are the ports a tool's server needs through a Service.
-func servicePorts(tool string) []cluster.ServicePort {
+// servicePorts are the ports a tool's server needs through a Service, for a trial of streams
+// streams: netperf's data port of each instance (driver.Instances).
+func servicePorts(drv driver.Driver, streams int) []cluster.ServicePort {
+	tool := drv.Name()
 	port := driver.ServerPort(tool)
 	if tool == "netperf" {
-		return []cluster.ServicePort{
-			{Name: "netperf-ctl", Port: port, Protocol: "tcp"},
-			{Name: "netperf-tcp", Port: netperfDataPort, Protocol: "tcp"},
-			{Name: "netperf-udp", Port: netperfDataPort, Protocol: "udp"},
+		out := []cluster.ServicePort{{Name: "netperf-ctl", Port: port, Protocol: "tcp"}}
+		for i, s := range driver.Instances(drv, driver.Spec{DataPort: netperfDataPort, Streams: streams}) {
+			suffix := ""
+			if i > 0 {
+				suffix = strconv.Itoa(i)
+			}
+			out = append(out, cluster.ServicePort{Name: "netperf-tcp" + suffix, Port: s.DataPort, Protocol: "tcp"},
+				cluster.ServicePort{Name: "netperf-udp" + suffix, Port: s.DataPort, Protocol: "udp"})
 		}
+		return out
 	}
 	return []cluster.ServicePort{{Name: tool + "-tcp", Port: port, Protocol: "tcp"}, {Name: tool + "-udp", Port: port, Protocol: "udp"}}
 }
 
 func (p2s) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Options) (Fixture, error) {
-	drv, err := driver.For(c.Protocol)
-	if err != nil {
-		return nil, err
-	}
 	client, server, err := createPair(ctx, cl, opt, c.Placement, false)
 	if err != nil {
 		return nil, err
 	}
-	pods := []string{client.Name, server.Name}
+	return throughService(ctx, cl, c, opt, client, server, []string{client.Name, server.Name})
+}
+
+// throughService puts c.Services-1 extra Services and then a Service selecting server in cl,
+// starts the server and returns a fixture whose client targets the Service's address; pods
+// (the client's and server's) are deleted on Close and on error.
+func throughService(ctx context.Context, cl cluster.Cluster, c result.Case, opt Options, client, server cluster.Pod, pods []string) (Fixture, error) {
+	drv, err := driver.For(c.Protocol)
+	if err != nil {
+		return nil, errors.Join(err, cl.DeletePods(context.WithoutCancel(ctx), pods))
+	}
 	// The extra Services first: the measured one is then programmed with (and, in kube-proxy's
 	// iptables layout, ordered after) all of them.
 	extraPods, extras, extraMS, err := extraServices(ctx, cl, c.Services-1)
@@ -94,7 +110,7 @@ func (p2s) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 	}
 	pods = append(pods, extraPods...)
 	start := time.Now()
-	svc, err := cluster.CreateService(ctx, cl, cluster.ServiceSpec{Name: objName(opt, "server"), Selector: server.Labels, Ports: servicePorts(drv.Name())})
+	svc, err := cluster.CreateService(ctx, cl, cluster.ServiceSpec{Name: objName(opt, "server"), Selector: server.Labels, Ports: servicePorts(drv, c.Streams)})
 	if err != nil {
 		return nil, errors.Join(err, cl.DeleteServices(context.WithoutCancel(ctx), extras), cl.DeletePods(context.WithoutCancel(ctx), pods))
 	}

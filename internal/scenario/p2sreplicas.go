@@ -30,6 +30,7 @@ func (p2sReplicas) Name() string { return "p2s-replicas" }
 
 func (p2sReplicas) Info() Info {
 	return Info{
+		Service:           always,
 		Summary:           "HTTP through a Service to N nginx replicas: TTFB and rate of a 10 MB file (seed 001 §5.2.2, Table 5.6)",
 		DefaultDataplanes: []string{"flannel", "calico"},
 		Placements:        []string{"inter"},
@@ -155,7 +156,8 @@ func (f *replicasFixture) Trial(ctx context.Context, durationS int) (Measurement
 	// curl bounds each request (connect 5 s, whole transfer 60 s); this bounds the run at a
 	// generous 5 s per request.
 	timeout := 30*time.Second + time.Duration(n)*5*time.Second
-	return measure(ctx, &f.trialFrame, "curl", driver.CurlCommand(f.vip, replicasServicePort, n), timeout, driver.ParseCurl,
+	read := func(stdouts [][]byte) ([]driver.Fetch, error) { return driver.ParseCurl(stdouts[0]) }
+	return measure(ctx, &f.trialFrame, "curl", [][]string{driver.CurlCommand(f.vip, replicasServicePort, n)}, timeout, read,
 		func(fetches []driver.Fetch) (map[string]float64, error) {
 			if len(fetches) != n {
 				return nil, fmt.Errorf("curl reported %d of %d requests", len(fetches), n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -23,6 +24,9 @@ type pairFixture struct {
 	pods     []string // to delete on Close
 	services []string // to delete on Close
 	policies []string // to delete on Close
+	// fragments is how many IPv4 fragments each UDP datagram takes (case label fragment
+	// allow, a message larger than one packet); 0 otherwise.
+	fragments int
 }
 
 // udpLen is the largest datagram payload (up to iperf3's 1448 default) that fits the pod MTU
@@ -32,6 +36,14 @@ func udpLen(cl cluster.Cluster) int {
 		return mtu - 28
 	}
 	return driver.DefaultLen
+}
+
+// podMTU names the pod MTU udpLen went by.
+func podMTU(cl cluster.Cluster) string {
+	if mtu := cl.Facts().PodMTU; mtu > 0 {
+		return strconv.Itoa(mtu)
+	}
+	return "unknown (1500 assumed)"
 }
 
 // netperfDataPort is the fixed data port for netperf, so the data connection can cross a
@@ -51,9 +63,22 @@ func startPair(ctx context.Context, cl cluster.Cluster, c result.Case, opt Optio
 		return nil, err
 	}
 	port := driver.ServerPort(f.drv.Name())
-	f.spec = driver.Spec{Protocol: c.Protocol, Target: f.target, Port: port, MSS: driver.DefaultLen, UDPLen: udpLen(cl)}
+	f.spec = driver.Spec{Protocol: c.Protocol, Target: f.target, Port: port, MSS: driver.DefaultLen, UDPLen: udpLen(cl),
+		Streams: c.Streams, MsgSize: c.MsgSize}
 	if f.drv.Name() == "netperf" {
 		f.spec.DataPort = netperfDataPort
+	}
+	if udpMessages(c.Protocol) && c.MsgSize > 0 {
+		if c.MsgSize > f.spec.UDPLen {
+			if c.Fragment != result.FragmentAllow {
+				return nil, cluster.Unsupported("a UDP message of %d bytes does not fit one packet at pod MTU %s (at most %d bytes): "+
+					"give msg-size %d or less, or fragment allow to send the datagrams fragmented", c.MsgSize, podMTU(cl), f.spec.UDPLen, f.spec.UDPLen)
+			}
+			f.fragments = fragmentsPerDatagram(cl.Facts().PodMTU, c.MsgSize)
+		}
+		if c.Protocol == "udp" {
+			f.spec.UDPLen = c.MsgSize
+		}
 	}
 	f.serverCmd = pin(opt.CPUs[1], f.drv.ServerCommand(port))
 	f.srv, err = cl.Start(ctx, server.Name, f.serverCmd, cluster.Ready{TCPPort: port})
@@ -63,12 +88,61 @@ func startPair(ctx context.Context, cl cluster.Cluster, c result.Case, opt Optio
 	return f, nil
 }
 
-// Trial runs the client once and adds node CPU figures to the tool's metrics.
+// Trial runs the client once (its instances at once, for a tool that runs one stream per
+// process) and adds node CPU figures to the tool's metrics.
 func (f *pairFixture) Trial(ctx context.Context, durationS int) (Measurement, error) {
 	spec := f.spec
 	spec.DurationS = durationS
-	read := func(stdout []byte) (driver.Metrics, error) { return f.drv.Parse(stdout, spec) }
-	return measure(ctx, &f.trialFrame, f.drv.Name(), f.drv.Command(spec), time.Duration(durationS+30)*time.Second, read,
+	m, err := measureSpec(ctx, &f.trialFrame, f.drv, spec, time.Duration(durationS+30)*time.Second)
+	if m.Metrics != nil && f.fragments > 0 {
+		m.Metrics["udp_fragments_per_datagram"] = float64(f.fragments)
+	}
+	return m, err
+}
+
+// udpMessages tells whether protocol sends its messages as UDP datagrams.
+func udpMessages(protocol string) bool { return protocol == "udp" || protocol == "udprr" }
+
+// fragmentsPerDatagram is how many IPv4 fragments a UDP datagram of payload bytes takes at
+// mtu (each fragment but the last carries a multiple of 8 bytes); 0 when mtu is unknown.
+func fragmentsPerDatagram(mtu, payload int) int {
+	if mtu <= 28 {
+		return 0
+	}
+	per := (mtu - 20) &^ 7
+	return (payload + 8 + per - 1) / per
+}
+
+// measureSpec measures spec with drv: one client run per instance (driver.Instances), their
+// figures merged by the driver.
+func measureSpec(ctx context.Context, fr *trialFrame, drv driver.Driver, spec driver.Spec, timeout time.Duration) (Measurement, error) {
+	ins := driver.Instances(drv, spec)
+	argvs := make([][]string, len(ins))
+	for i, s := range ins {
+		argvs[i] = drv.Command(s)
+	}
+	read := func(stdouts [][]byte) (driver.Metrics, error) {
+		ms := make([]driver.Metrics, len(ins))
+		for i, s := range ins {
+			m, err := drv.Parse(stdouts[i], s)
+			if err != nil {
+				if len(ins) > 1 {
+					err = fmt.Errorf("instance %d of %d: %w", i+1, len(ins), err)
+				}
+				return nil, err
+			}
+			ms[i] = m
+		}
+		if len(ms) == 1 {
+			return ms[0], nil
+		}
+		md, ok := drv.(driver.MultiDriver)
+		if !ok {
+			return nil, fmt.Errorf("%s: %d instances but no way to merge them", drv.Name(), len(ms))
+		}
+		return md.Merge(ms, spec)
+	}
+	return measure(ctx, fr, drv.Name(), argvs, timeout, read,
 		func(m driver.Metrics) (map[string]float64, error) {
 			if spec.Protocol == "udp" {
 				m["udp_payload_bytes"] = float64(spec.UDPLen)
@@ -93,6 +167,18 @@ func (f *pairFixture) Close(ctx context.Context) error {
 		errs = append(errs, f.cl.DeletePods(ctx, f.pods))
 	}
 	return errors.Join(errs...)
+}
+
+// workloadParams are the plan keys of a pair's workload: parallel streams and message size.
+var workloadParams = []string{"streams", "msg-size", "fragment"}
+
+// checkWorkload rejects streams and message sizes the case's tool cannot run, and fragment
+// where there is no UDP message to fragment.
+func checkWorkload(c result.Case) error {
+	if c.Fragment != "" && (!udpMessages(c.Protocol) || c.MsgSize == 0) {
+		return fmt.Errorf("fragment %s applies to udp and udprr cases with a msg-size: put them in a group of their own", c.Fragment)
+	}
+	return driver.CheckWorkload(c.Protocol, c.Streams, c.MsgSize)
 }
 
 // placeNodes picks the client and server nodes for a placement.
@@ -136,17 +222,24 @@ func fixtureLabels(opt Options, role string) map[string]string {
 	return l
 }
 
-// createPair creates a client and a server pod for a placement.
+// createPair creates a client and a server pod for a placement, both on the host network or
+// neither.
 func createPair(ctx context.Context, cl cluster.Cluster, opt Options, placement string, hostNetwork bool) (cluster.Pod, cluster.Pod, error) {
+	return createPairOn(ctx, cl, opt, placement, hostNetwork, hostNetwork)
+}
+
+// createPairOn creates a client and a server pod for a placement, each on the host network
+// or not.
+func createPairOn(ctx context.Context, cl cluster.Cluster, opt Options, placement string, clientHost, serverHost bool) (cluster.Pod, cluster.Pod, error) {
 	cn, sn, err := placeNodes(ctx, cl, placement)
 	if err != nil {
 		return cluster.Pod{}, cluster.Pod{}, err
 	}
-	client, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: objName(opt, "client"), Node: cn, Labels: fixtureLabels(opt, "client"), HostNetwork: hostNetwork})
+	client, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: objName(opt, "client"), Node: cn, Labels: fixtureLabels(opt, "client"), HostNetwork: clientHost})
 	if err != nil {
 		return cluster.Pod{}, cluster.Pod{}, err
 	}
-	server, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: objName(opt, "server"), Node: sn, Labels: fixtureLabels(opt, "server"), HostNetwork: hostNetwork, Server: true})
+	server, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: objName(opt, "server"), Node: sn, Labels: fixtureLabels(opt, "server"), HostNetwork: serverHost, Server: true})
 	if err != nil {
 		_ = cluster.DeletePod(ctx, cl, client.Name)
 		return cluster.Pod{}, cluster.Pod{}, err

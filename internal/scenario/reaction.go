@@ -60,6 +60,7 @@ func (reaction) Name() string { return "reaction" }
 
 func (reaction) Info() Info {
 	return Info{
+		Service: always,
 		Summary: "time from a Service endpoint added or removed (scale up, down) until traffic reaches it or stops reaching it; control and data plane parts (seed 003 Fig. 5)",
 		// How fast the data plane follows a new endpoint; no baseline measures it.
 		Primary:           func(result.Case) string { return "reaction_up_ms" },

@@ -66,6 +66,9 @@ type Info struct {
 	NoBaseline bool
 	// Charted are metrics besides the primary one that reports chart in sweeps (nil: none).
 	Charted func(c result.Case) []string
+	// Service says whether a case's client reaches its server through a Service (nil: only a
+	// case that stands Services does; result.Case.ThroughService).
+	Service func(c result.Case) bool
 	// TrialSeconds estimates how long one trial of case c with trials of durationS seconds
 	// takes, for a scenario whose trial is more than one run of its tool (nil: durationS and
 	// the tool's own overhead).
@@ -91,6 +94,9 @@ func Shares(c result.Case) bool {
 	return ex == nil || !ex(c)
 }
 
+// always is Info.Service of a scenario whose every case goes through a Service.
+func always(result.Case) bool { return true }
+
 // Scenario is a topology plus a workload.
 type Scenario interface {
 	Name() string
@@ -110,7 +116,7 @@ func Register(s Scenario) {
 	}
 	registry[s.Name()] = s
 	info := s.Info()
-	result.RegisterScenario(s.Name(), result.Judge{Primary: info.Primary, NoBaseline: info.NoBaseline, Charted: info.Charted})
+	result.RegisterScenario(s.Name(), result.Judge{Primary: info.Primary, NoBaseline: info.NoBaseline, Charted: info.Charted, Service: info.Service})
 }
 
 // Get returns a scenario by name.

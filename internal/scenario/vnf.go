@@ -143,6 +143,8 @@ const (
 
 func (vnf) Info() Info {
 	return Info{
+		// The default and lb service spread the traffic by a Service; the ingress kinds by a pod.
+		Service:           func(c result.Case) bool { return c.LB != vnfIngress && c.LB != vnfIngressRemote },
 		Summary:           "packet-forwarding VNF: generator -> Service -> N VNF replicas -> receiver, NDR/PDR by an MLRsearch-style search (seed 002, IETF BMWG)",
 		DefaultDataplanes: []string{"flannel"},
 		// The VNF replicas on the generator's (load balancer's) node, on the other node, or

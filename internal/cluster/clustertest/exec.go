@@ -87,8 +87,10 @@ func (f *Fake) Start(ctx context.Context, pod string, argv []string, ready clust
 // Exec implements cluster.Cluster. The command (after a `taskset -c N` prefix) is answered by
 // its tool:
 //   - iperf3 -c IP -p PORT, netperf -H IP -p PORT -t TEST and curl URL replay the recorded
-//     output of that test (iperf3_tcp.json, iperf3_udp.json, netperf_tcp_rr.txt, ...,
-//     curl-3replicas.txt) when IP:PORT reaches a server (see Reaches), else the recorded
+//     output of that test (iperf3_tcp.json, iperf3_udp.json, with -P the recordings of 4 TCP
+//     or 2 UDP streams, netperf_tcp_rr.txt, ..., curl-3replicas.txt) when IP:PORT reaches a
+//     server (see Reaches) and, for netperf through a Service, the Service has its data port
+//     (-P ,PORT), else the recorded
 //     failure (iperf3_refused.json; netperf_noserver.txt on stderr, exit 255;
 //     curl-refused.txt, exit 7); so do the client runs Failures.ToolRuns asks for;
 //   - curl's recorded lines are repeated up to the requests of its URL glob ([1-N]),
@@ -185,15 +187,26 @@ func (f *Fake) iperf3(from cluster.Pod, cmd []string) (cluster.ExecResult, error
 	if target == "" {
 		return cluster.ExecResult{}, fmt.Errorf("clustertest: iperf3 without -c: %q", strings.Join(cmd, " "))
 	}
-	file := "iperf3_tcp.json"
-	if slices.Contains(cmd, "-u") {
-		file = "iperf3_udp.json"
+	file, ok := iperf3Files[iperf3Key{slices.Contains(cmd, "-u"), flag(cmd, "-P")}]
+	if !ok {
+		return cluster.ExecResult{}, fmt.Errorf("clustertest: no recorded iperf3 run with -P %s: %q", flag(cmd, "-P"), strings.Join(cmd, " "))
 	}
 	if f.failRun() || len(f.reach(from, target, port)) == 0 {
 		file = "iperf3_refused.json" // iperf3 3.12 exits 0 with the error in its JSON
 	}
 	out, err := recorded(file)
 	return cluster.ExecResult{Stdout: out}, err
+}
+
+// iperf3Key is what picks an iperf3 recording: UDP or TCP, and the -P value ("" = none).
+type iperf3Key struct {
+	udp     bool
+	streams string
+}
+
+var iperf3Files = map[iperf3Key]string{
+	{false, ""}: "iperf3_tcp.json", {true, ""}: "iperf3_udp.json",
+	{false, "4"}: "iperf3_tcp_p4_l8192.json", {true, "2"}: "iperf3_udp_p2_l512.json",
 }
 
 var netperfFiles = map[string]string{"TCP_RR": "netperf_tcp_rr.txt", "TCP_CRR": "netperf_tcp_crr.txt", "UDP_RR": "netperf_udp_rr.txt"}
@@ -204,7 +217,19 @@ func (f *Fake) netperf(from cluster.Pod, cmd []string) (cluster.ExecResult, erro
 	if !ok {
 		return cluster.ExecResult{}, fmt.Errorf("clustertest: no recorded netperf test %q", flag(cmd, "-t"))
 	}
-	if f.failRun() || len(f.reach(from, flag(cmd, "-H"), port)) == 0 {
+	// The data connection (test option -P ,PORT) must cross a Service too: a Service without
+	// that port fails the test as a real one would (netperf waits, then gives up).
+	data := 0
+	if i := slices.Index(cmd, "--"); i >= 0 {
+		if p := flag(cmd[i:], "-P"); strings.HasPrefix(p, ",") {
+			data, _ = strconv.Atoi(p[1:])
+		}
+	}
+	proto := "tcp"
+	if flag(cmd, "-t") == "UDP_RR" {
+		proto = "udp"
+	}
+	if f.failRun() || len(f.reach(from, flag(cmd, "-H"), port)) == 0 || (data > 0 && f.serviceLacks(flag(cmd, "-H"), data, proto)) {
 		out, err := recorded("netperf_noserver.txt")
 		return cluster.ExecResult{Stderr: out, ExitCode: 255}, err
 	}
@@ -355,6 +380,14 @@ func (f *Fake) route(from cluster.Pod, ip string, port int) routed {
 		}
 	}
 	return r
+}
+
+// serviceLacks tells whether ip is a Service's ClusterIP without port/proto; f.mu is held.
+func (f *Fake) serviceLacks(ip string, port int, proto string) bool {
+	i := slices.IndexFunc(f.services, func(s service) bool { return s.ClusterIP == ip })
+	return i >= 0 && !slices.ContainsFunc(f.services[i].Ports, func(p cluster.ServicePort) bool {
+		return p.Port == port && strings.EqualFold(p.Protocol, proto)
+	})
 }
 
 // serves tells whether a running process in pod listening on port has word in its command;

@@ -268,6 +268,16 @@ func (k ServiceKey) compare(o ServiceKey) int {
 	return int(k.Port) - int(o.Port)
 }
 
+// ServiceLoopback is the source address the eBPF Service load balancers (svc_lb, bpf/lb.h; the
+// polycube ILB, bpf/polycube.h) give a hairpin connection, a pod reaching a Service that picked
+// that pod itself as the backend: with its own address as both source and destination the
+// pod's stack would drop the packet as a martian. It is Cilium's default service loopback
+// address (--ipv4-service-loopback-address): its tc load balancer source-NATs hairpin traffic
+// to it the same way. The pods route it by their default route, so the replies come back
+// through the load balancer, which turns them into Service -> pod again. The loaders write it
+// into the programs (lb_loopback, svc_loopback).
+var ServiceLoopback = netip.AddrFrom4([4]byte{169, 254, 42, 1})
+
 // Flags of bpf/lb_maps.h.
 const (
 	lbSvcNodePort   = 1 // LB_SVC_NODEPORT
@@ -312,6 +322,9 @@ func (n Node) loadLB() error {
 	spec, err := loadSvcLb()
 	if err != nil {
 		return err
+	}
+	if err := spec.Variables["lb_loopback"].Set(be32(ServiceLoopback)); err != nil {
+		return fmt.Errorf("set lb_loopback: %w", err)
 	}
 	var objs svcLbObjects
 	if err := loadSpec(spec, &objs); err != nil {
@@ -632,6 +645,7 @@ type LBStats struct {
 	Reply     uint64 // replies SNATed back to the Service address
 	NoBackend uint64 // packets dropped: their Service has no backend
 	NodePort  uint64 // NodePort packets sent on by the FIB (forward and reply)
+	Hairpin   uint64 // connections of a pod to itself through a Service (source ServiceLoopback)
 }
 
 // HasLB and HasSockLB say whether the node's load balancers are loaded.
@@ -640,11 +654,11 @@ func (n Node) HasSockLB() bool { return n.pinned(sockStats) }
 
 // LBStats reads the node's counters.
 func (n Node) LBStats() (LBStats, error) {
-	v, err := n.counters(lbStats, 6)
+	v, err := n.counters(lbStats, 7)
 	if err != nil {
 		return LBStats{}, err
 	}
-	return LBStats{Packets: v[0], New: v[1], Forward: v[2], Reply: v[3], NoBackend: v[4], NodePort: v[5]}, nil
+	return LBStats{Packets: v[0], New: v[1], Forward: v[2], Reply: v[3], NoBackend: v[4], NodePort: v[5], Hairpin: v[6]}, nil
 }
 
 // Pins of the socket load balancer (bpf/sock_lb.c).

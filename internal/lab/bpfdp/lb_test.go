@@ -360,6 +360,65 @@ func TestLBProgram(t *testing.T) {
 	}
 }
 
+// skbCB is struct __sk_buff up to its control buffer (cb[0..4] are words 12 to 16): the
+// context a test run of a tc program is given; skbOut has room for the whole struct, which the
+// kernel gives back.
+type (
+	skbCB  [17]uint32
+	skbOut [64]uint32
+)
+
+// The load balancer's program on a hairpin connection (a pod reaching a Service that gives it
+// itself as the backend), crafted packets as TestLBProgram's: the first packet is DNATed to the
+// pod and gets ServiceLoopback as its source, keeping its port; later packets follow; the pod's
+// reply to ServiceLoopback is turned back into Service -> pod; every packet of the connection
+// carries the hairpin mark for the policy engine after it (bpf/lb_mark.h), none the reply
+// mark; the Hairpin counter counts the connection once. Another client of the same Service
+// keeps its address and is no hairpin.
+func TestLBHairpin(t *testing.T) {
+	needLB(t)
+	n := scratchNode(t, false)
+	vip, pod := ap("10.96.0.20:80"), ap("10.244.0.9:8080")
+	if err := n.SetServices([]Service{{Addr: vip.Addr(), Port: vip.Port(), Proto: "tcp", Backends: bes(pod)}}); err != nil {
+		t.Fatal(err)
+	}
+	prog, err := ebpf.LoadPinnedProgram(n.path(lbProg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	const hairpinMark0, replyMark0, mark1 = 0x6c626870, 0x6c627270, 0x9e3779b9
+	client := netip.AddrPortFrom(pod.Addr(), 43210)
+	loop := netip.AddrPortFrom(ServiceLoopback, client.Port())
+	expect := func(what string, in []byte, wantSrc, wantDst netip.AddrPort, mark0 uint32) {
+		t.Helper()
+		var ctx skbOut
+		out := make([]byte, len(in)+256)
+		ret, err := prog.Run(&ebpf.RunOptions{Data: in, DataOut: out, Context: skbCB{}, ContextOut: &ctx})
+		if err != nil {
+			t.Fatalf("%s: test run: %v", what, err)
+		}
+		src, dst := tuple(t, out[:len(in)])
+		cb := ctx[12:14]
+		wantCB := []uint32{0, 0}
+		if mark0 != 0 {
+			wantCB = []uint32{mark0, mark1}
+		}
+		if ret != tcxNext || src != wantSrc || dst != wantDst || !reflect.DeepEqual(cb, wantCB) {
+			t.Errorf("%s: verdict %#x, %s -> %s, cb %#x; want %#x, %s -> %s, cb %#x", what, ret, src, dst, cb, tcxNext, wantSrc, wantDst, wantCB)
+		}
+	}
+	expect("hairpin SYN", syn(pkt(unix.IPPROTO_TCP, client, vip, "")), loop, pod, hairpinMark0)
+	expect("hairpin data", pkt(unix.IPPROTO_TCP, client, vip, "GET /"), loop, pod, hairpinMark0)
+	expect("the pod's reply to the loopback address", pkt(unix.IPPROTO_TCP, pod, loop, "200 OK"), vip, client, hairpinMark0)
+	other := ap("10.244.0.5:40000")
+	expect("another client", syn(pkt(unix.IPPROTO_TCP, other, vip, "")), other, pod, 0)
+	expect("its reply", pkt(unix.IPPROTO_TCP, pod, other, "200 OK"), vip, other, replyMark0)
+	if got, err := n.LBStats(); err != nil || got != (LBStats{Packets: 5, New: 2, Forward: 1, Reply: 2, Hairpin: 1}) {
+		t.Errorf("stats %+v (%v), want 5 packets, 2 new, 1 forward, 2 replies, 1 hairpin", got, err)
+	}
+}
+
 // tcxPrograms lists the IDs of the programs at the tcx ingress of an interface.
 func tcxPrograms(t *testing.T, ns string, idx int) []ebpf.ProgramID {
 	t.Helper()

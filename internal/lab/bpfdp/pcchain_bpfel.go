@@ -45,9 +45,12 @@ type pcChainPcBeKey struct {
 }
 
 type pcChainPcConn struct {
-	_    structs.HostLayout
-	To   pcChainPcAddr
-	Seen uint64
+	_       structs.HostLayout
+	To      pcChainPcAddr
+	NatAddr uint32
+	NatPort uint16
+	Pad     uint16
+	Seen    uint64
 }
 
 type pcChainPcEdge struct {
@@ -131,42 +134,43 @@ type pcChainRuleKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	pcChainMapElbBe      = "elb_be"
-	pcChainMapElbCt      = "elb_ct"
-	pcChainMapElbFwd     = "elb_fwd"
-	pcChainMapElbRnat    = "elb_rnat"
-	pcChainMapElbStats   = "elb_stats"
-	pcChainMapElbSvc     = "elb_svc"
-	pcChainMapFwFwd      = "fw_fwd"
-	pcChainMapFwStats    = "fw_stats"
-	pcChainMapIlbBe      = "ilb_be"
-	pcChainMapIlbCt      = "ilb_ct"
-	pcChainMapIlbEdges   = "ilb_edges"
-	pcChainMapIlbFwd     = "ilb_fwd"
-	pcChainMapIlbRnat    = "ilb_rnat"
-	pcChainMapIlbStats   = "ilb_stats"
-	pcChainMapIlbSvc     = "ilb_svc"
-	pcChainMapIpcache    = "ipcache"
-	pcChainMapNatFwd     = "nat_fwd"
-	pcChainMapNatPorts   = "nat_ports"
-	pcChainMapNatRev     = "nat_rev"
-	pcChainMapNatSess    = "nat_sess"
-	pcChainMapNatStats   = "nat_stats"
-	pcChainMapPanel      = "panel"
-	pcChainMapPolCt      = "pol_ct"
-	pcChainMapPolEps     = "pol_eps"
-	pcChainMapPolRules   = "pol_rules"
-	pcChainMapPolStats   = "pol_stats"
-	pcChainMapRtFwd      = "rt_fwd"
-	pcChainMapRtRoutes   = "rt_routes"
-	pcChainMapRtStats    = "rt_stats"
-	pcChainProgPcDiscnat = "pc_discnat"
-	pcChainProgPcElb     = "pc_elb"
-	pcChainProgPcFw      = "pc_fw"
-	pcChainProgPcIlb     = "pc_ilb"
-	pcChainProgPcRouter  = "pc_router"
-	pcChainVarFictIp     = "fict_ip"
-	pcChainVarNodeIp     = "node_ip"
+	pcChainMapElbBe       = "elb_be"
+	pcChainMapElbCt       = "elb_ct"
+	pcChainMapElbFwd      = "elb_fwd"
+	pcChainMapElbRnat     = "elb_rnat"
+	pcChainMapElbStats    = "elb_stats"
+	pcChainMapElbSvc      = "elb_svc"
+	pcChainMapFwFwd       = "fw_fwd"
+	pcChainMapFwStats     = "fw_stats"
+	pcChainMapIlbBe       = "ilb_be"
+	pcChainMapIlbCt       = "ilb_ct"
+	pcChainMapIlbEdges    = "ilb_edges"
+	pcChainMapIlbFwd      = "ilb_fwd"
+	pcChainMapIlbRnat     = "ilb_rnat"
+	pcChainMapIlbStats    = "ilb_stats"
+	pcChainMapIlbSvc      = "ilb_svc"
+	pcChainMapIpcache     = "ipcache"
+	pcChainMapNatFwd      = "nat_fwd"
+	pcChainMapNatPorts    = "nat_ports"
+	pcChainMapNatRev      = "nat_rev"
+	pcChainMapNatSess     = "nat_sess"
+	pcChainMapNatStats    = "nat_stats"
+	pcChainMapPanel       = "panel"
+	pcChainMapPolCt       = "pol_ct"
+	pcChainMapPolEps      = "pol_eps"
+	pcChainMapPolRules    = "pol_rules"
+	pcChainMapPolStats    = "pol_stats"
+	pcChainMapRtFwd       = "rt_fwd"
+	pcChainMapRtRoutes    = "rt_routes"
+	pcChainMapRtStats     = "rt_stats"
+	pcChainProgPcDiscnat  = "pc_discnat"
+	pcChainProgPcElb      = "pc_elb"
+	pcChainProgPcFw       = "pc_fw"
+	pcChainProgPcIlb      = "pc_ilb"
+	pcChainProgPcRouter   = "pc_router"
+	pcChainVarFictIp      = "fict_ip"
+	pcChainVarNodeIp      = "node_ip"
+	pcChainVarSvcLoopback = "svc_loopback"
 )
 
 // loadPcChain returns the embedded CollectionSpec for pcChain.
@@ -257,8 +261,9 @@ type pcChainMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type pcChainVariableSpecs struct {
-	FictIp *ebpf.VariableSpec `ebpf:"fict_ip"`
-	NodeIp *ebpf.VariableSpec `ebpf:"node_ip"`
+	FictIp      *ebpf.VariableSpec `ebpf:"fict_ip"`
+	NodeIp      *ebpf.VariableSpec `ebpf:"node_ip"`
+	SvcLoopback *ebpf.VariableSpec `ebpf:"svc_loopback"`
 }
 
 // pcChainObjects contains all objects after they have been loaded into the kernel.
@@ -350,8 +355,9 @@ func (m *pcChainMaps) Close() error {
 //
 // It can be passed to loadPcChainObjects or ebpf.CollectionSpec.LoadAndAssign.
 type pcChainVariables struct {
-	FictIp *ebpf.Variable `ebpf:"fict_ip"`
-	NodeIp *ebpf.Variable `ebpf:"node_ip"`
+	FictIp      *ebpf.Variable `ebpf:"fict_ip"`
+	NodeIp      *ebpf.Variable `ebpf:"node_ip"`
+	SvcLoopback *ebpf.Variable `ebpf:"svc_loopback"`
 }
 
 // pcChainPrograms contains all programs after they have been loaded into the kernel.

@@ -45,9 +45,12 @@ type pcMonoPcBeKey struct {
 }
 
 type pcMonoPcConn struct {
-	_    structs.HostLayout
-	To   pcMonoPcAddr
-	Seen uint64
+	_       structs.HostLayout
+	To      pcMonoPcAddr
+	NatAddr uint32
+	NatPort uint16
+	Pad     uint16
+	Seen    uint64
 }
 
 type pcMonoPcEdge struct {
@@ -154,6 +157,7 @@ const (
 	pcMonoVarEth0Ifindex  = "eth0_ifindex"
 	pcMonoVarFictIp       = "fict_ip"
 	pcMonoVarNodeIp       = "node_ip"
+	pcMonoVarSvcLoopback  = "svc_loopback"
 	pcMonoVarVxlanIfindex = "vxlan_ifindex"
 )
 
@@ -241,6 +245,7 @@ type pcMonoVariableSpecs struct {
 	Eth0Ifindex  *ebpf.VariableSpec `ebpf:"eth0_ifindex"`
 	FictIp       *ebpf.VariableSpec `ebpf:"fict_ip"`
 	NodeIp       *ebpf.VariableSpec `ebpf:"node_ip"`
+	SvcLoopback  *ebpf.VariableSpec `ebpf:"svc_loopback"`
 	VxlanIfindex *ebpf.VariableSpec `ebpf:"vxlan_ifindex"`
 }
 
@@ -326,6 +331,7 @@ type pcMonoVariables struct {
 	Eth0Ifindex  *ebpf.Variable `ebpf:"eth0_ifindex"`
 	FictIp       *ebpf.Variable `ebpf:"fict_ip"`
 	NodeIp       *ebpf.Variable `ebpf:"node_ip"`
+	SvcLoopback  *ebpf.Variable `ebpf:"svc_loopback"`
 	VxlanIfindex *ebpf.Variable `ebpf:"vxlan_ifindex"`
 }
 

@@ -70,7 +70,7 @@ var pcCubes = []struct {
 	name, stats string
 	slots       []string
 }{
-	{"ilb", "ilb_stats", []string{"packets", "drops", "new", "forward", "reply", "delivered", "to_stack"}},
+	{"ilb", "ilb_stats", []string{"packets", "drops", "new", "forward", "reply", "delivered", "to_stack", "hairpin"}},
 	{"fw", "fw_stats", []string{"packets", "drops", "judged", "skipped"}},
 	{"router", "rt_stats", []string{"packets", "drops", "to_pods", "to_phys", "to_host", "to_vxlan", "ttl_expired"}},
 	{"elb", "elb_stats", []string{"packets", "drops", "new", "forward", "reply"}},
@@ -199,7 +199,7 @@ func (n Node) loadPolycube(b PolycubeBuild, c PolycubeConfig) error {
 		return err
 	}
 	fict := c.PodCIDR.Masked().Addr()
-	vars := map[string]uint32{"node_ip": be32(c.NodeIP), "fict_ip": be32(fict)}
+	vars := map[string]uint32{"node_ip": be32(c.NodeIP), "fict_ip": be32(fict), "svc_loopback": be32(ServiceLoopback)}
 	if b == PolycubeMono {
 		vars["vxlan_ifindex"] = uint32(idx[c.Overlay])
 		vars["eth0_ifindex"] = uint32(idx[c.Underlay])

@@ -63,12 +63,13 @@ type svcLbLbTuple struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	svcLbMapBackends = "backends"
-	svcLbMapCt4      = "ct4"
-	svcLbMapLbStats  = "lb_stats"
-	svcLbMapRnat4    = "rnat4"
-	svcLbMapServices = "services"
-	svcLbProgSvcLb   = "svc_lb"
+	svcLbMapBackends   = "backends"
+	svcLbMapCt4        = "ct4"
+	svcLbMapLbStats    = "lb_stats"
+	svcLbMapRnat4      = "rnat4"
+	svcLbMapServices   = "services"
+	svcLbProgSvcLb     = "svc_lb"
+	svcLbVarLbLoopback = "lb_loopback"
 )
 
 // loadSvcLb returns the embedded CollectionSpec for svcLb.
@@ -131,6 +132,7 @@ type svcLbMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type svcLbVariableSpecs struct {
+	LbLoopback *ebpf.VariableSpec `ebpf:"lb_loopback"`
 }
 
 // svcLbObjects contains all objects after they have been loaded into the kernel.
@@ -174,6 +176,7 @@ func (m *svcLbMaps) Close() error {
 //
 // It can be passed to loadSvcLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type svcLbVariables struct {
+	LbLoopback *ebpf.Variable `ebpf:"lb_loopback"`
 }
 
 // svcLbPrograms contains all programs after they have been loaded into the kernel.

@@ -13,11 +13,15 @@ import (
 //   - ebpf: per packet, by a program at the tcx ingress of every interface of a node (each
 //     pod's host side, the overlay device, the underlay): the first packet to a Service picks a
 //     backend at random and is DNATed, an LRU connection table keeps the choice for the
-//     connection and turns replies back into the Service's address (bpf/lb.h).
+//     connection and turns replies back into the Service's address (bpf/lb.h). A pod given
+//     itself as the backend (hairpin) gets the service loopback address as its connection's
+//     source (bpfdp.ServiceLoopback), as Cilium's tc load balancer does.
 //   - ebpf-sock: at connect time as well (Cilium's socket LB, bpf/sock_lb.c): programs on the
 //     cgroup of the node's pod processes connect a socket to a backend instead of the Service,
 //     so the connection's packets never carry the Service address; the per-packet program stays
-//     for traffic no pod process of the node sent (from other nodes, from outside).
+//     for traffic no pod process of the node sent (from other nodes, from outside). Hairpin
+//     needs nothing more there: a pod's socket connected to the pod's own address talks to
+//     itself over its loopback device, as with Cilium's socket LB.
 //
 // Lookups are hashes: the cost per connection does not grow with the number of Services. One
 // Service table per node, pinned in the node's bpf file system and shared by both programs.
@@ -154,7 +158,7 @@ func (p ebpfProxy) Counters(n Node) (map[string]uint64, error) {
 		return nil, err
 	}
 	out := map[string]uint64{"lb_packets": s.Packets, "lb_new": s.New, "lb_forward": s.Forward, "lb_reply": s.Reply,
-		"lb_no_backend": s.NoBackend, "lb_nodeport": s.NodePort}
+		"lb_no_backend": s.NoBackend, "lb_nodeport": s.NodePort, "lb_hairpin": s.Hairpin}
 	if p.sock && bn.HasSockLB() {
 		ss, err := bn.SockLBStats()
 		if err != nil {

@@ -100,14 +100,7 @@ func TestNetperfMerge(t *testing.T) {
 	d, _ := For("rr")
 	md := d.(MultiDriver)
 	spec := Spec{Protocol: "rr", Streams: 3}
-	var ms []Metrics
-	for i := range 3 {
-		m, err := d.Parse(readTestdata(t, fmt.Sprintf("netperf_tcp_rr_x3_%d.txt", i)), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms = append(ms, m)
-	}
+	ms := parseInstances(t, d, "netperf_tcp_rr_x3_%d.txt", spec)
 	got, err := md.Merge(ms, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -171,14 +164,7 @@ func TestCheckWorkload(t *testing.T) {
 func TestNetperfMergeCRR(t *testing.T) {
 	d, _ := For("crr")
 	spec := Spec{Protocol: "crr", Streams: 3}
-	var ms []Metrics
-	for i := range 3 {
-		m, err := d.Parse(readTestdata(t, fmt.Sprintf("netperf_tcp_crr_x3_%d.txt", i)), spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms = append(ms, m)
-	}
+	ms := parseInstances(t, d, "netperf_tcp_crr_x3_%d.txt", spec)
 	got, err := d.(MultiDriver).Merge(ms, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -189,4 +175,18 @@ func TestNetperfMergeCRR(t *testing.T) {
 	if got["latency_p99_low_us"] != 185 || got["latency_p99_high_us"] != 361 {
 		t.Errorf("P99 range %v..%v, want 185..361", got["latency_p99_low_us"], got["latency_p99_high_us"])
 	}
+}
+
+// parseInstances parses the three recorded instances named by pattern (%d: 0, 1, 2).
+func parseInstances(t *testing.T, d Driver, pattern string, spec Spec) []Metrics {
+	t.Helper()
+	var ms []Metrics
+	for i := range 3 {
+		m, err := d.Parse(readTestdata(t, fmt.Sprintf(pattern, i)), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	return ms
 }

@@ -800,6 +800,11 @@ func TestRunBaseline(t *testing.T) {
 			if x.DurationS != 1 || x.Run != "baseline-run" || x.Case.Backend != "lab" || x.Case.Tool != "iperf3" {
 				t.Errorf("%s trial %d: duration %v run %q backend %q tool %q", id, x.Trial, x.DurationS, x.Run, x.Case.Backend, x.Case.Tool)
 			}
+			// Every lab trial is accounted: each CPU, the client and server processes, the
+			// veth pair's two ends.
+			if a := x.Accounting; a == nil || len(a.Hosts) != 1 || len(a.Hosts[0].CPUs) == 0 || len(a.Roles) < 2 || len(a.Hops) < 2 || len(a.Notes) > 0 {
+				t.Errorf("%s trial %d: accounting %+v", id, x.Trial, a)
+			}
 		}
 		sort.Ints(nums)
 		if !reflect.DeepEqual(nums, []int{1, 2}) {
@@ -834,6 +839,9 @@ func TestRunBaseline(t *testing.T) {
 		m := cr.Metrics["throughput_bps"]
 		if cr.Status != "ok" || m.N != 2 || !(m.TrimmedMean > 0) || !slices.Contains(ids, cr.Case.ID) {
 			t.Errorf("summary %s: status %q (%s), throughput n=%d trimmed_mean=%v", cr.Case.ID, cr.Status, cr.Reason, m.N, m.TrimmedMean)
+		}
+		if cr.Accounting == nil || cr.Accounting.Trials != 2 || cr.Verdict == nil || cr.Verdict.Bottleneck == "" {
+			t.Errorf("summary %s: accounting %+v verdict %+v: want the mean of 2 accounted trials and a verdict", cr.Case.ID, cr.Accounting, cr.Verdict)
 		}
 	}
 

@@ -27,15 +27,24 @@ something a default preset (flannel, calico) needs is missing.
 With --noise it measures instead how noisy this host is: one case (--noise-case) as two
 identical copies, interleaved in rounds, and the interval of their ratio says the smallest
 difference two cases can show here at that trial count. The figure is kept in
-` + NoiseFile + ` and every later run records it.`,
+` + NoiseFile + ` and every later run records it.
+
+With --account-cost it measures what accounting each trial costs (per CPU, per role, per hop):
+the case as two copies in rounds, the first accounted and the second not, and prints their
+paired ratio with its interval.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if noise.on {
+			switch {
+			case noise.on && noise.cost:
+				return usagef("--noise and --account-cost: give one of them")
+			case noise.on:
 				return runNoise(cmd, &noise)
+			case noise.cost:
+				return runAccountCost(cmd, &noise)
 			}
 			for _, f := range []string{"noise-case", "noise-repeat", "noise-duration"} {
 				if cmd.Flags().Changed(f) {
-					return usagef("--%s needs --noise", f)
+					return usagef("--%s needs --noise or --account-cost", f)
 				}
 			}
 			rep := doctor.Run(cmd.Context())

@@ -43,9 +43,10 @@ func lastNoiseFloor() map[string]any {
 	return m
 }
 
-// noiseFlags are doctor --noise's settings.
+// noiseFlags are doctor --noise's and --account-cost's settings.
 type noiseFlags struct {
 	on       bool
+	cost     bool
 	caseID   string
 	repeat   int
 	duration int
@@ -54,9 +55,76 @@ type noiseFlags struct {
 func (n *noiseFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&n.on, "noise", false, "measure this host's noise floor: one case as two identical copies in rounds (an A/A test); says the smallest difference two cases can show here, and records it for every later run")
-	f.StringVar(&n.caseID, "noise-case", "p2p/flannel/inter/crr", "with --noise: the case to copy, SCENARIO/DATAPLANE/PLACEMENT/PROTOCOL")
-	f.IntVar(&n.repeat, "noise-repeat", 12, "with --noise: trials per copy (12, the default of a run)")
-	f.IntVar(&n.duration, "noise-duration", 5, "with --noise: seconds per trial")
+	f.BoolVar(&n.cost, "account-cost", false, "measure what the per-CPU, per-role and per-hop accounting of each trial costs: one case as two copies in rounds, the first accounted, the second not; prints their paired ratio (default case p2p/calico/intra/tcp)")
+	f.StringVar(&n.caseID, "noise-case", "p2p/flannel/inter/crr", "with --noise or --account-cost: the case to copy, SCENARIO/DATAPLANE/PLACEMENT/PROTOCOL")
+	f.IntVar(&n.repeat, "noise-repeat", 12, "with --noise or --account-cost: trials per copy (12, the default of a run)")
+	f.IntVar(&n.duration, "noise-duration", 5, "with --noise or --account-cost: seconds per trial")
+}
+
+// copies runs the case as two copies in rounds with settings set, and returns the paired
+// comparison of copy 2 against copy 1, the summary and the run directory.
+func (n *noiseFlags) copies(cmd *cobra.Command, name string, set runner.Settings) (*result.Comparison, result.Summary, string, error) {
+	b, err := cluster.BackendNamed("lab")
+	if err != nil {
+		return nil, result.Summary{}, "", err
+	}
+	if n.repeat < 3 || n.repeat > 1000 || n.duration < 1 || n.duration > 3600 {
+		return nil, result.Summary{}, "", usagef("--noise-repeat 3..1000 and --noise-duration 1..3600 (got %d and %d)", n.repeat, n.duration)
+	}
+	cases, err := n.cases(b)
+	if err != nil {
+		return nil, result.Summary{}, "", err
+	}
+	if err := b.Configure(nil, name); err != nil {
+		return nil, result.Summary{}, "", err
+	}
+	if err := b.Preflight(cmd.Context(), cases); err != nil {
+		return nil, result.Summary{}, "", err
+	}
+	runID := time.Now().UTC().Format("20060102T150405Z") + "-" + name
+	set.Order, set.Seed = runner.OrderRounds, time.Now().UnixNano()
+	sum, out, err := measure(cmd, runBackends{b}, cases, runID, "", set, false)
+	if err != nil {
+		return nil, sum, out, err
+	}
+	for i, c := range sum.Comparisons {
+		if c.Kind == "copy" && c.N >= 2 {
+			return &sum.Comparisons[i], sum, out, nil
+		}
+	}
+	return nil, sum, out, fmt.Errorf("the two copies of %s have fewer than 2 rounds in common: see %s/summary.json", n.caseID, out)
+}
+
+// runAccountCost measures what accounting costs: copy 1 accounted, copy 2 not.
+func runAccountCost(cmd *cobra.Command, n *noiseFlags) error {
+	if !cmd.Flags().Changed("noise-case") {
+		n.caseID = "p2p/calico/intra/tcp"
+	}
+	c, sum, out, err := n.copies(cmd, "account-cost", runner.Settings{UnaccountedCopies: true})
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	for _, r := range sum.Results {
+		if a := r.Accounting; r.Case.Copy <= 1 && a != nil && a.WindowS > 0 {
+			cpus := 0
+			for _, h := range a.Hosts {
+				cpus += len(h.CPUs)
+			}
+			fmt.Fprintf(w, "the accounting's sampler worked %.1f ms per trial window of %.1f s: %.3f %% of one CPU (%.3f %% of the %d CPUs accounted)\n",
+				1000*a.SamplerS, a.WindowS, 100*a.SamplerS/a.WindowS, 100*a.SamplerS/a.WindowS/float64(max(cpus, 1)), cpus)
+		}
+	}
+	// Copy 2 (not accounted) against copy 1 (accounted): a ratio above 1 for a rate is what
+	// the accounting took.
+	fmt.Fprintf(w, "%s, %d rounds of %d s: not accounted / accounted = %.3f [%.3f, %.3f] (%s)\n", n.caseID, c.N, n.duration, c.Ratio, c.CI95Low, c.CI95High, c.Metric)
+	if c.Differs() {
+		fmt.Fprintf(w, "accounting cost: %.1f %% of %s (95 %% interval %.1f .. %.1f %%)\n", 100*(1-1/c.Ratio), c.Metric, 100*(1-1/c.CI95Low), 100*(1-1/c.CI95High))
+	} else {
+		fmt.Fprintf(w, "accounting cost: no difference this host can tell (the interval holds 1.0); at most %.1f %% of %s\n", 100*(1-1/c.CI95High), c.Metric)
+	}
+	fmt.Fprintf(w, "the run: %s\n", out)
+	return nil
 }
 
 // cases turns the flags into the two copies of the case.
@@ -77,36 +145,9 @@ func (n *noiseFlags) cases(b cluster.Backend) ([]result.CaseSpec, error) {
 
 // runNoise measures the noise floor and records it.
 func runNoise(cmd *cobra.Command, n *noiseFlags) error {
-	b, err := cluster.BackendNamed("lab")
+	aa, sum, out, err := n.copies(cmd, "noise", runner.Settings{})
 	if err != nil {
 		return err
-	}
-	if n.repeat < 3 || n.repeat > 1000 || n.duration < 1 || n.duration > 3600 {
-		return usagef("--noise-repeat 3..1000 and --noise-duration 1..3600 (got %d and %d)", n.repeat, n.duration)
-	}
-	cases, err := n.cases(b)
-	if err != nil {
-		return err
-	}
-	if err := b.Configure(nil, "noise"); err != nil {
-		return err
-	}
-	if err := b.Preflight(cmd.Context(), cases); err != nil {
-		return err
-	}
-	runID := time.Now().UTC().Format("20060102T150405Z") + "-noise"
-	sum, out, err := measure(cmd, runBackends{b}, cases, runID, "", runner.Settings{Order: runner.OrderRounds, Seed: time.Now().UnixNano()}, false)
-	if err != nil {
-		return err
-	}
-	var aa *result.Comparison
-	for i, c := range sum.Comparisons {
-		if c.Kind == "copy" {
-			aa = &sum.Comparisons[i]
-		}
-	}
-	if aa == nil || aa.N < 2 {
-		return fmt.Errorf("the two copies of %s have fewer than 2 rounds in common: see %s/summary.json", n.caseID, out)
 	}
 	nf := result.NoiseFloor{Measured: time.Now().UTC().Format(time.RFC3339), Case: n.caseID, Trials: aa.N, DurationS: n.duration,
 		Ratio: aa.Ratio, CI95Low: aa.CI95Low, CI95High: aa.CI95High, ResolvablePct: resolvable(aa.RatioSummary), Run: out}

@@ -71,6 +71,7 @@ type settingsFlags struct {
 	maxSteal, ciTarget   float64
 	maxReruns, maxRepeat int
 	timeBudget           time.Duration
+	noAccount            bool
 }
 
 func (sf *settingsFlags) register(f *pflag.FlagSet) {
@@ -81,6 +82,7 @@ func (sf *settingsFlags) register(f *pflag.FlagSet) {
 	f.Float64Var(&sf.ciTarget, "ci-target", 0, "add rounds until every case's 95% CI half-width is within this % of its value (0: off; --repeat stays the minimum)")
 	f.IntVar(&sf.maxRepeat, "max-repeat", 0, "with --ci-target: most trials per case (default 4 x repeat)")
 	f.DurationVar(&sf.timeBudget, "time-budget", 0, "with --ci-target: stop adding rounds after this much time (e.g. 45m; default: no bound)")
+	f.BoolVar(&sf.noAccount, "no-account", false, "do not account each trial per CPU, role and hop (what limited a case goes unsaid; its cost: cnibench doctor --account-cost)")
 }
 
 // settings returns the settings the flags give over base; changing order or seed of a
@@ -111,6 +113,9 @@ func (sf *settingsFlags) settings(cmd *cobra.Command, base runner.Settings, resu
 	}
 	if !resume || ch("time-budget") {
 		s.TimeBudgetS = sf.timeBudget.Seconds()
+	}
+	if !resume || ch("no-account") {
+		s.NoAccount = sf.noAccount
 	}
 	if (ch("max-repeat") || ch("time-budget")) && s.CITargetPct == 0 {
 		return s, usagef("--max-repeat and --time-budget bound the rounds --ci-target adds: give --ci-target too")

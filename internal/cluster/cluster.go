@@ -10,6 +10,8 @@ import (
 	"fmt"
 
 	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/cnibench/cnibench/internal/account"
 )
 
 // ErrUnsupported marks something a backend or this host cannot do.
@@ -175,14 +177,7 @@ type Process interface {
 }
 
 // CPUSample is cumulative CPU time of a node in clock ticks, as in /proc/stat's "cpu" line.
-type CPUSample struct {
-	User, Nice, System, Idle, IOWait, IRQ, SoftIRQ, Steal uint64
-}
-
-// Total is the sum of all fields.
-func (s CPUSample) Total() uint64 {
-	return s.User + s.Nice + s.System + s.Idle + s.IOWait + s.IRQ + s.SoftIRQ + s.Steal
-}
+type CPUSample = account.CPUTimes
 
 // StealPct is the share of the interval between a and b the hypervisor took away: a trial
 // with much steal ran on a machine that was not all its own.
@@ -339,6 +334,26 @@ type Resting interface {
 // name, nil when it keeps none. A trial records what they counted during it.
 type CounterReader interface {
 	DataplaneCounters() (map[string]map[string]uint64, error)
+}
+
+// Accounter is implemented by clusters that can say where a trial's CPU time and packets went
+// (package account): per CPU of the machines the trial ran on, per role (the processes of each
+// pod, network function and node), per hop (the devices of the path) and the kernel counters
+// that explain loss and retransmits. A scenario opens a window right before its tool runs.
+type Accounter interface {
+	Account(ctx context.Context, path AccountPath) (AccountWindow, error)
+}
+
+// AccountPath names a trial's client and server pods ("" when a trial has none), so the
+// accounting can order the hops between them.
+type AccountPath struct {
+	Client, Server string
+}
+
+// AccountWindow is an open accounting window.
+type AccountWindow interface {
+	// Close ends the window and returns what happened in it.
+	Close(ctx context.Context) (*account.Trial, error)
 }
 
 // ErrNodePortTaken marks a Service asking for a NodePort that another Service has: a caller

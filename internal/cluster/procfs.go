@@ -1,28 +1,22 @@
 package cluster
 
 import (
-	"fmt"
+	"bytes"
 	"strconv"
 	"strings"
+
+	"github.com/cnibench/cnibench/internal/account"
 )
 
-// ParseProcStat parses the aggregate "cpu" line (the first) of /proc/stat, which every backend
+// ParseProcStat parses the aggregate "cpu" line of /proc/stat (its first), which every backend
 // reads for node CPU accounting.
 func ParseProcStat(b []byte) (CPUSample, error) {
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return CPUSample{}, fmt.Errorf("unexpected /proc/stat first line %q", line)
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	st, err := account.ParseStat(line)
+	if err != nil {
+		return CPUSample{}, err
 	}
-	v := make([]uint64, 8)
-	for i := range v {
-		n, err := strconv.ParseUint(f[i+1], 10, 64)
-		if err != nil {
-			return CPUSample{}, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
-		}
-		v[i] = n
-	}
-	return CPUSample{User: v[0], Nice: v[1], System: v[2], Idle: v[3], IOWait: v[4], IRQ: v[5], SoftIRQ: v[6], Steal: v[7]}, nil
+	return st.All, nil
 }
 
 // ListeningPorts parses /proc/net/tcp and /proc/net/tcp6 text (concatenated) into the set of

@@ -220,6 +220,9 @@ type Lab struct {
 
 	extIPs map[string]bool // underlay addresses of external clients (see external.go)
 	extSeq int             // fabric links of external clients made so far
+
+	acctMu  sync.Mutex
+	windows map[*acctWindow]bool // the open accounting windows (account.go)
 }
 
 var _ cluster.Cluster = (*Lab)(nil)
@@ -491,6 +494,7 @@ func (l *Lab) Facts() cluster.Facts {
 
 // Close implements cluster.Cluster: idempotent removal of everything with the lab's prefix.
 func (l *Lab) Close(ctx context.Context) error {
+	l.endWindows()
 	l.stopProcs("")
 	l.closeHolders()
 	l.closeAnswers()

@@ -69,7 +69,9 @@ func (l *Lab) Exec(ctx context.Context, podName string, argv []string) (cluster.
 	if err := l.startProc(p, cmd); err != nil {
 		return cluster.ExecResult{}, fmt.Errorf("start %s in pod %s: %w", argv[0], podName, err)
 	}
+	l.execStarted(p.ns, cmd.Process.Pid)
 	err = cmd.Wait()
+	l.execEnded(cmd.Process.Pid, cmd.ProcessState)
 	res := cluster.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: cmd.ProcessState.ExitCode()}
 	if ctx.Err() != nil {
 		return res, ctx.Err()

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/vishvananda/netlink"
@@ -53,6 +54,9 @@ type Chain struct {
 	nss      []string
 	mounted  bool
 }
+
+// Namespaces are the network functions' namespaces, NF 1 first (nil once the chain is closed).
+func (c *Chain) Namespaces() []string { return slices.Clone(c.nss) }
 
 // hopAddr is the address of the left (1) or right (2) end of link h.
 func hopAddr(h, end int) netip.Addr { return netip.AddrFrom4([4]byte{10, 250, byte(h), byte(end)}) }

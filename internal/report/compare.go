@@ -20,7 +20,7 @@ import (
 // column label wraps over header lines. Under the table, one line per column with the
 // environment facts that matter. With a single run it is that run's per-dataplane view.
 // Without a style it is plain text; with colour the values are bold, skipped yellow and
-// failed red (the ratios are of two trimmed means, without an interval: not coloured).
+// failed red (ratios are not coloured).
 func Compare(w io.Writer, runs []Run, style ...Style) error {
 	var st Style
 	if len(style) > 0 {
@@ -31,13 +31,16 @@ func Compare(w io.Writer, runs []Run, style ...Style) error {
 	g.write(o)
 	o.blank()
 	if len(g.cols) > 1 {
-		o.text(fmt.Sprintf("RATIO: the column to its left divided by %s, same row.", g.cols[0].label), 0, 2)
+		o.text(fmt.Sprintf("RATIO: the column to its left against %s, same row: %s", g.cols[0].label, ratioLegend), 0, 2)
 	}
 	for _, c := range g.cols {
 		o.text(c.label+": "+c.facts, 0, 2)
 	}
 	return o.flush(w)
 }
+
+// ratioLegend says what a ratio of the comparison is.
+const ratioLegend = "the run's paired ratio with its 95 % interval where one run measured and paired both, else the quotient of the two trimmed means (cases of two runs are not paired: no interval)."
 
 // labelWrap is the width a column label wraps at when the column's cells are narrower.
 const labelWrap = 30
@@ -69,7 +72,7 @@ func (g *grid) write(o *termOut) {
 		cells := 0
 		for _, k := range g.keys {
 			cells = max(cells, utf8.RuneCountInString(cell(g.cells[k][j])))
-			ratioW[j] = max(ratioW[j], len("RATIO"), utf8.RuneCountInString(ratio(g.cells[k][j], g.cells[k][0])))
+			ratioW[j] = max(ratioW[j], len("RATIO"), utf8.RuneCountInString(g.ratio(g.cells[k][j], g.cells[k][0])))
 		}
 		colW[j] = max(cells, min(utf8.RuneCountInString(c.label), max(cells, labelWrap)))
 		labels[j] = wrapLabel(c.label, colW[j])
@@ -126,7 +129,7 @@ func (g *grid) write(o *termOut) {
 				for _, j := range block {
 					right = append(right, pad(cellSegs(cells[j]), colW[j]+2)...)
 					if j > 0 {
-						right = append(right, pad(plain(ratio(cells[j], cells[0])), ratioW[j]+2)...)
+						right = append(right, pad(plain(g.ratio(cells[j], cells[0])), ratioW[j]+2)...)
 					}
 				}
 				o.row(rest[k], indentOf(gr), caseW, []segs{right})
@@ -214,7 +217,7 @@ func CompareMarkdown(w io.Writer, runs []Run) error {
 	}
 	fmt.Fprintln(w)
 	if len(g.cols) > 1 {
-		fmt.Fprintf(w, "Each *ratio* is the column to its left divided by **%s**, same row.\n\n", g.cols[0].label)
+		fmt.Fprintf(w, "Each *ratio* is the column to its left against **%s**, same row: %s\n\n", g.cols[0].label, ratioLegend)
 	}
 	fmt.Fprintln(w, "Environment:")
 	fmt.Fprintln(w)
@@ -238,14 +241,30 @@ type grid struct {
 	cols  []column
 	keys  []string
 	cells map[string][]*result.CaseResult
+	// runOf is the run of each cell, paired each run's paired ratios of the primary metric
+	// by case and reference id.
+	runOf  map[*result.CaseResult]int
+	paired []map[[2]string]result.RatioSummary
 }
 
 // buildGrid lays the runs out. Pod results go to their run's column of their data plane.
-// Baselines have no column of their own: a run's baseline is the reference of every data
-// plane of that run, so it is shown in each of the run's columns (its key keeps the baseline's
-// name, so its row compares baselines across runs).
+// Baselines have no column of their own: a run's baseline is shown once, in the run's first
+// column (its key keeps the baseline's name, so its row compares baselines across runs).
 func buildGrid(runs []Run) grid {
-	g := grid{cells: map[string][]*result.CaseResult{}}
+	g := grid{cells: map[string][]*result.CaseResult{}, runOf: map[*result.CaseResult]int{}}
+	for _, r := range runs {
+		pm := map[string]string{}
+		for _, cr := range r.Summary.Results {
+			pm[cr.Case.ID] = cr.Case.Primary()
+		}
+		pairs := map[[2]string]result.RatioSummary{}
+		for _, c := range r.Summary.Comparisons {
+			if c.N > 0 && c.Metric == pm[c.Case] {
+				pairs[[2]string{c.Case, c.Reference}] = c.RatioSummary
+			}
+		}
+		g.paired = append(g.paired, pairs)
+	}
 	first := make([]int, len(runs)) // each run's first column
 	for i, r := range runs {
 		first[i] = len(g.cols)
@@ -265,19 +284,13 @@ func buildGrid(runs []Run) grid {
 				g.keys = append(g.keys, k)
 				g.cells[k] = make([]*result.CaseResult, len(g.cols))
 			}
-			targets := []int{g.col(i, cr.Case.Variant())}
+			j := g.col(i, cr.Case.Variant())
 			if cr.Case.Scenario == "baseline" {
-				targets = targets[:0]
-				for j, c := range g.cols {
-					if c.run == i {
-						targets = append(targets, j)
-					}
-				}
+				j = first[i]
 			}
-			for _, j := range targets {
-				if g.cells[k][j] == nil {
-					g.cells[k][j] = &cr
-				}
+			if g.cells[k][j] == nil {
+				g.cells[k][j] = &cr
+				g.runOf[&cr] = i
 			}
 		}
 	}
@@ -393,7 +406,7 @@ func (g *grid) rows(caseHead, ratioHead string) [][]string {
 		for j, cr := range cells {
 			row = append(row, cell(cr))
 			if j > 0 {
-				row = append(row, ratio(cr, cells[0]))
+				row = append(row, g.ratio(cr, cells[0]))
 			}
 		}
 		out = append(out, row)
@@ -426,12 +439,19 @@ func cell(r *result.CaseResult) string {
 	return "-"
 }
 
-// ratio is r's primary metric divided by ref's ("0.68x"), "-" when either is missing.
-func ratio(r, ref *result.CaseResult) string {
+// ratio is r's primary metric against ref's, "-" when either is missing: the run's paired
+// ratio with its 95 % interval ("1.06x [0.98, 1.15]") where one run measured both and paired
+// them, else the quotient of their trimmed means ("0.68x": two runs are not paired).
+func (g *grid) ratio(r, ref *result.CaseResult) string {
 	_, m, ok := primary(r)
 	_, b, bok := primary(ref)
 	if !ok || !bok || b.TrimmedMean <= 0 {
 		return "-"
+	}
+	if i, j := g.runOf[r], g.runOf[ref]; i == j && i < len(g.paired) {
+		if p, ok := g.paired[i][[2]string{r.Case.ID, ref.Case.ID}]; ok {
+			return Ratio(p)
+		}
 	}
 	return fmt.Sprintf("%.2fx", m.TrimmedMean/b.TrimmedMean)
 }

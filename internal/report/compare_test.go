@@ -117,10 +117,11 @@ func TestCompareAlignsRunsByKey(t *testing.T) {
 	}
 	// lab flannel 8, calico 12, the cluster 5.44 Gbit/s: one row, ratios to flannel.
 	want := map[string][]string{
-		"p2p/inter/tcp":                {"8.00 Gbit/s ±2.0%", "12.00 Gbit/s ±2.0%", "1.50x", "5.44 Gbit/s ±3.0%", "0.68x"},
-		"p2p/inter/crr":                {"3000 trans/s ±5.0%", "3600 trans/s ±5.0%", "1.20x", "1500 trans/s ±5.0%", "0.50x"},
-		"baseline/node2node/inter/tcp": {"16.00 Gbit/s ±2.0%", "16.00 Gbit/s ±2.0%", "1.00x", "9.40 Gbit/s ±2.0%", "0.59x"},
-		"baseline/bare/intra/tcp":      {"24.00 Gbit/s ±2.0%", "24.00 Gbit/s ±2.0%", "1.00x", "skipped", "-"},
+		"p2p/inter/tcp": {"8.00 Gbit/s ±2.0%", "12.00 Gbit/s ±2.0%", "1.50x", "5.44 Gbit/s ±3.0%", "0.68x"},
+		"p2p/inter/crr": {"3000 trans/s ±5.0%", "3600 trans/s ±5.0%", "1.20x", "1500 trans/s ±5.0%", "0.50x"},
+		// A run's baselines once, in its first column (not repeated under each data plane).
+		"baseline/node2node/inter/tcp": {"16.00 Gbit/s ±2.0%", "-", "-", "9.40 Gbit/s ±2.0%", "0.59x"},
+		"baseline/bare/intra/tcp":      {"24.00 Gbit/s ±2.0%", "-", "-", "skipped", "-"},
 	}
 	for key, w := range want {
 		got := rows[key]
@@ -229,11 +230,29 @@ func TestCompareMarkdownIsATable(t *testing.T) {
 	}
 	for _, s := range []string{
 		"| p2p/inter/tcp | 8.00 Gbit/s ±2.0% | 12.00 Gbit/s ±2.0% | 1.50x | 5.44 Gbit/s ±3.0% | 0.68x |",
-		"| baseline/bare/intra/tcp | 24.00 Gbit/s ±2.0% | 24.00 Gbit/s ±2.0% | 1.00x | skipped | - |",
+		"| baseline/bare/intra/tcp | 24.00 Gbit/s ±2.0% | - | - | skipped | - |",
 		"- **kube cluster (cni calico)**: kernel 6.1.0-28-amd64",
 	} {
 		if !strings.Contains(out, s) {
 			t.Errorf("no %q in\n%s", s, out)
 		}
+	}
+}
+
+// TestCompareUsesPairedRatios: within one run the ratio of two data planes is the run's paired
+// ratio with its interval, not the quotient of their trimmed means; across runs (not paired)
+// it is the quotient.
+func TestCompareUsesPairedRatios(t *testing.T) {
+	runs := fixtureRuns(t)
+	runs[0].Summary.Comparisons = append(runs[0].Summary.Comparisons, result.Comparison{
+		Case: "p2p/calico/inter/tcp", Reference: "p2p/flannel/inter/tcp", Kind: "dataplane", Metric: "throughput_bps",
+		RatioSummary: result.RatioSummary{N: 5, Ratio: 1.43, CI95Low: 1.31, CI95High: 1.56}})
+	var b bytes.Buffer
+	if err := CompareMarkdown(&b, runs); err != nil {
+		t.Fatal(err)
+	}
+	want := "| p2p/inter/tcp | 8.00 Gbit/s ±2.0% | 12.00 Gbit/s ±2.0% | 1.43x [1.31, 1.56] | 5.44 Gbit/s ±3.0% | 0.68x |"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("no %q in\n%s", want, b.String())
 	}
 }

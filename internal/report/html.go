@@ -189,11 +189,12 @@ func (p *page) run(i int, r Run, several bool) {
 	for _, n := range names {
 		p.f(`<a href="#%s">%s</a> `, id("scn-"+n), esc(n))
 	}
-	p.f(`<a href="#%s">seed 001 tables</a> <a href="#%s">problems</a> <a href="#%s">all cases</a> <a href="#%s">environment</a></nav>`,
-		id("seed001"), id("problems"), id("cases"), id("environment"))
+	p.f(`<a href="#%s">where the time went</a> <a href="#%s">seed 001 tables</a> <a href="#%s">problems</a> <a href="#%s">all cases</a> <a href="#%s">environment</a></nav>`,
+		id("accounting"), id("seed001"), id("problems"), id("cases"), id("environment"))
 	for _, n := range names {
 		p.scenario(i, id("scn-"+n), n, by[n], s)
 	}
+	p.accounting(id("accounting"), s)
 	p.seedTables(id("seed001"), s.Results, r.Trials)
 	p.problems(id("problems"), s)
 	p.caseTable(id("cases"), i, r)
@@ -610,7 +611,9 @@ td[data-v]{text-align:right;font-variant-numeric:tabular-nums}caption{text-align
 tr.st-skipped td,tr.st-failed td{background:#fff8e1}.problems li.failed b{color:#b00020}.problems li.skipped b{color:#8a6d00}
 .problems li.disturbed b,.problems li.not-converged b{color:#a04000}.raw a{margin-right:2px}.raw a.disturbed{color:#a04000}
 details summary{cursor:pointer;color:#555;font-size:11px}code{font-size:11.5px}table.nested th,table.nested td{border:0;padding:1px 6px}
-.counts b{font-variant-numeric:tabular-nums}.scroll{overflow-x:auto;max-width:100%}details.scale{margin:8px 0}@media print{nav{display:none}}`
+.counts b{font-variant-numeric:tabular-nums}.acct{margin:10px 0 18px}.acct h3{margin:6px 0 2px}.verdict{margin:2px 0}.findings{margin:2px 0;font-size:12.5px}
+.cpubar{display:flex;align-items:center;gap:6px;margin:2px 0;font-size:12px}.cpubar .lbl{width:90px}.cpubar .bar{display:flex;width:520px;height:14px;border:1px solid #ccc}.cpubar .seg{height:100%}
+tr.drops td{background:#fdecea}.ceiling{color:#8a6d00;font-size:12.5px;margin:2px 0}.kernel,.note{font-size:12px;margin:2px 0}.scroll{overflow-x:auto;max-width:100%}details.scale{margin:8px 0}@media print{nav{display:none}}`
 
 // js sorts a table by the clicked column: numerically by data-v where cells have it, else by
 // text; a second click reverses.

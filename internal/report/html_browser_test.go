@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/report/browser"
+	"github.com/cnibench/cnibench/internal/result"
 )
 
 // writePage renders runs to DIR/report.html and returns its path.
@@ -136,4 +137,74 @@ func TestHTMLComparisonInChromium(t *testing.T) {
 	if err := pg.Screenshot(filepath.Join(t.ArtifactDir(), "compare.png")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAccountingInChromium opens the report of a run whose trials were accounted (recorded
+// under testdata/accounted-run: the bare baseline, calico pods intra and inter node, a
+// route-iptables chain) and checks that a p2p and a chain case each show their verdict, one
+// stacked bar per CPU whose parts fill it (they add up to 100 %), and the hop table with a row
+// per device of the path, in path order from the client to the server.
+func TestAccountingInChromium(t *testing.T) {
+	run, err := LoadRun("testdata/accounted-run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := browser.OpenForTest(t, writePage(t, run), 1250, 900)
+	byID := map[string]result.CaseResult{}
+	for _, r := range run.Summary.Results {
+		byID[r.Case.ID] = r
+	}
+	for _, id := range []string{"p2p/calico/intra/tcp", "chain/bare/intra/tcp/nf=route-iptables/len=1/rules=10"} {
+		r, ok := byID[id]
+		if !ok || r.Accounting == nil {
+			t.Fatalf("%s: not in the recorded run, or not accounted", id)
+		}
+		sel := `.acct[data-case="` + id + `"]`
+		cpus := 0
+		for _, h := range r.Accounting.Hosts {
+			cpus += len(h.CPUs)
+		}
+		n, err := pg.Count(sel + ` .cpubar`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != cpus || n == 0 {
+			t.Errorf("%s: %d CPU bars, want %d (one per CPU accounted)", id, n, cpus)
+		}
+		// Each bar's parts fill it: their widths add up to the bar's (a part per share).
+		var fill []float64
+		if err := pg.Eval(`Array.from(document.querySelectorAll('`+sel+` .cpubar .bar')).map(b => Array.from(b.children).reduce((s, c) => s + c.getBoundingClientRect().width, 0) / b.clientWidth)`, &fill); err != nil {
+			t.Fatal(err)
+		}
+		for i, f := range fill {
+			if f < 0.98 || f > 1.02 {
+				t.Errorf("%s: CPU bar %d filled to %.2f of its width", id, i, f)
+			}
+		}
+		path, _ := pathHops(r.Accounting.Hops)
+		rows, err := pg.Text(`table.hops[data-case="` + id + `"] tbody tr td:first-child`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != len(path) || len(rows) < 2 {
+			t.Errorf("%s: %d hop rows, want %d (the devices of the path)", id, len(rows), len(path))
+		} else if rows[0] != "client" || rows[len(rows)-1] != "server" {
+			t.Errorf("%s: hops from %q to %q, want from the client to the server", id, rows[0], rows[len(rows)-1])
+		}
+		verdict, err := pg.Text(sel + ` .verdict`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(verdict) != 1 || !strings.Contains(verdict[0], "Limited by:") || !strings.Contains(verdict[0], r.Verdict.Bottleneck) {
+			t.Errorf("%s: verdict %q, want %q", id, verdict, r.Verdict.Bottleneck)
+		}
+	}
+	if err := pg.Eval(`document.getElementById("accounting").scrollIntoView()`, nil); err != nil {
+		t.Fatal(err)
+	}
+	shot := filepath.Join(t.ArtifactDir(), "accounting.png")
+	if err := pg.Screenshot(shot); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", shot)
 }

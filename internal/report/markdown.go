@@ -29,6 +29,7 @@ func Markdown(w io.Writer, runs []Run) error {
 			mdPivot(w, scenarioPivot(n, by[n]), nil)
 		}
 		mdVariants(w, r.Summary)
+		mdVerdicts(w, r.Summary)
 		mdProblems(w, r.Summary)
 	}
 	return nil
@@ -81,6 +82,32 @@ func mdVariants(w io.Writer, s result.Summary) {
 		v, _ := Verdict(c)
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %.3f [%.3f, %.3f] | %s |\n", mdCell(c.Case), mdCell(c.Reference), c.Kind, c.Metric, c.N, c.Ratio, c.CI95Low, c.CI95High, v)
 	}
+}
+
+// mdVerdicts says for every accounted case what limited it, and what else its accounting
+// found (drops, steal, retransmits, work outside the run); the per-CPU bars and the hop
+// tables are in the HTML report.
+func mdVerdicts(w io.Writer, s result.Summary) {
+	var lines []string
+	for _, r := range s.Results {
+		if v := r.Verdict; v != nil {
+			lines = append(lines, fmt.Sprintf("- **%s**: %s", r.Case.ID, v.Bottleneck))
+			for _, f := range v.Findings {
+				lines = append(lines, "  - "+f)
+			}
+		}
+		if c := beyondCeiling(r, s); c != "" {
+			if r.Verdict == nil {
+				lines = append(lines, fmt.Sprintf("- **%s**:", r.Case.ID))
+			}
+			lines = append(lines, fmt.Sprintf("  - **note**: %s", c))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\n### What limited each case\n\nFrom each case's accounting (the mean over its trials of every CPU's shares, the run's processes, the devices of the path and the kernel's counters; the HTML report shows them):\n\n")
+	fmt.Fprintln(w, strings.Join(lines, "\n"))
 }
 
 func mdProblems(w io.Writer, s result.Summary) {

@@ -80,6 +80,10 @@ type tableRow struct {
 	rest   string        // the case id without its group
 	cells  [numCols]segs // a measured case's columns (colCase unused)
 	status segs          // a case without a result: its status and why, across the columns
+	why    string        // what limited a measured case (its accounting's verdict), "" unknown
+	// ceiling says why a case beat its baseline, its own ceiling (beyondCeiling), "" when it
+	// did not.
+	ceiling string
 }
 
 // runTable is a run's results laid out for the terminal.
@@ -131,6 +135,10 @@ func buildRunTable(s result.Summary) runTable {
 			row.cells[colDetail] = plain(detail(r))
 			row.cells[colCPU] = plain(cpu(r))
 			row.cells[colVS] = vsBaseline(r, pm, m, byID, paired)
+			if r.Verdict != nil {
+				row.why = r.Verdict.Bottleneck
+			}
+			row.ceiling = beyondCeiling(r, s)
 			if c := r.Convergence; c != nil {
 				row.cells[colConv] = t.convergedCell(r.Case.ID, c, m.N)
 			}
@@ -272,6 +280,12 @@ func (t runTable) write(o *termOut) {
 					}
 				}
 				right = append(right, wrapItems(more, "; ", termWidth-valueAt)...)
+				if r.why != "" {
+					right = append(right, wrapTo(plain("why: "+r.why), termWidth-valueAt)...)
+				}
+				if r.ceiling != "" {
+					right = append(right, wrapTo(styled(sgrYellow, "note: "+r.ceiling), termWidth-valueAt)...)
+				}
 			}
 			o.row(r.rest, indentOf(g), width[colCase], right)
 		}
@@ -319,10 +333,15 @@ func detail(r result.CaseResult) string {
 		// Concurrent netperf instances: their percentiles' range, not one percentile.
 		d = fmt.Sprintf("mean %.0f us, p99 in %.0f..%.0f us", r.Metrics["latency_mean_us"].TrimmedMean, lo.TrimmedMean, r.Metrics["latency_p99_high_us"].TrimmedMean)
 	}
-	if up, ok := r.Metrics["reaction_up_control_ms"]; ok {
-		d = fmt.Sprintf("up: control %.2f + data %.2f ms; down %.2f ms: control %.2f + data %.2f ms; probe every %.2f ms",
-			up.TrimmedMean, r.Metrics["reaction_up_data_ms"].TrimmedMean, r.Metrics["reaction_down_ms"].TrimmedMean,
-			r.Metrics["reaction_down_control_ms"].TrimmedMean, r.Metrics["reaction_down_data_ms"].TrimmedMean, r.Metrics["probe_interval_ms"].TrimmedMean)
+	if _, ok := r.Metrics["reaction_up_control_ms"]; ok {
+		part := func(dir string) string {
+			s := fmt.Sprintf("control %.2f + data %.2f ms", r.Metrics["reaction_"+dir+"_control_ms"].TrimmedMean, r.Metrics["reaction_"+dir+"_data_ms"].TrimmedMean)
+			if o := r.Metrics["reaction_"+dir+"_overlap_ms"].TrimmedMean; o > 0 {
+				s += fmt.Sprintf(" (overlapping by %.2f ms)", o)
+			}
+			return s
+		}
+		d = fmt.Sprintf("up: %s; down %.2f ms: %s; probe every %.2f ms", part("up"), r.Metrics["reaction_down_ms"].TrimmedMean, part("down"), r.Metrics["probe_interval_ms"].TrimmedMean)
 	}
 	if p50, ok := r.Metrics["ttfb_p50_ms"]; ok {
 		d = fmt.Sprintf("TTFB p50 %.2f / p99 %.2f ms, %.2f Gbit/s, %.0f replicas served", p50.TrimmedMean,

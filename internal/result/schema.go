@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/cnibench/cnibench/internal/account"
 )
 
 // Case is one point of the benchmark matrix. Its fields are the case labels of DESIGN.md;
@@ -314,6 +316,15 @@ func (c Case) BaselineID() string {
 	return b.MakeID()
 }
 
+// IsDuration tells whether a metric is a duration by its unit (_s, _ms, _us; a rate _per_s is
+// not one, nor a clock offset, which has a sign): a duration is never negative.
+func IsDuration(metric string) bool {
+	if strings.HasSuffix(metric, "_per_s") || strings.Contains(metric, "_offset_") {
+		return false
+	}
+	return strings.HasSuffix(metric, "_s") || strings.HasSuffix(metric, "_ms") || strings.HasSuffix(metric, "_us")
+}
+
 // Slug is the case id made safe for a file or directory name.
 func (c Case) Slug() string {
 	r := strings.NewReplacer("/", "-", "=", "", " ", "_")
@@ -340,6 +351,9 @@ type Trial struct {
 	Status string `json:"status,omitempty"`
 	// Notes say what was done to the tool's figures (a value out of range left out, ...).
 	Notes []string `json:"notes,omitempty"`
+	// Accounting is where the trial's CPU time and packets went: per CPU, per role, per hop
+	// (nil where the backend does not account or the run turned it off).
+	Accounting *account.Trial `json:"accounting,omitempty"`
 }
 
 // Condition keys under which a trial records the command lines it ran (Trial.Conditions), as
@@ -397,6 +411,10 @@ type CaseResult struct {
 	Convergence *Convergence `json:"convergence,omitempty"`
 	// Notes are the distinct notes of the case's trials.
 	Notes []string `json:"notes,omitempty"`
+	// Accounting is the mean accounting of the case's measured trials, and Verdict what it
+	// says limited the case (nil when no trial was accounted).
+	Accounting *account.Trial   `json:"accounting,omitempty"`
+	Verdict    *account.Verdict `json:"verdict,omitempty"`
 }
 
 // Convergence says whether a case's headline CI reached the run's target.

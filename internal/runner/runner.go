@@ -56,6 +56,11 @@ type Settings struct {
 	CITargetPct float64 `json:"ci_target_pct,omitempty"`
 	MaxRepeat   int     `json:"max_repeat,omitempty"`
 	TimeBudgetS float64 `json:"time_budget_s,omitempty"`
+	// NoAccount turns the per-CPU, per-role and per-hop accounting of trials off;
+	// UnaccountedCopies turns it off for the second and later copies of a case only (doctor
+	// --account-cost pairs a case accounted with the same case unaccounted).
+	NoAccount         bool `json:"no_account,omitempty"`
+	UnaccountedCopies bool `json:"unaccounted_copies,omitempty"`
 }
 
 // DefaultMaxSteal is the steal share (%) above which a trial is disturbed.
@@ -554,7 +559,8 @@ func (r *run) setup(ctx context.Context, c *caseState, name string) error {
 		if sc, err = scenario.Get(c.cs.Case.Scenario); err != nil {
 			return err
 		}
-		c.fx, err = sc.Setup(ctx, s.cl, c.cs.Case, scenario.Options{CPUs: c.cs.CPUs, Name: name})
+		c.fx, err = sc.Setup(ctx, s.cl, c.cs.Case, scenario.Options{CPUs: c.cs.CPUs, Name: name,
+			NoAccount: r.set.NoAccount || (r.set.UnaccountedCopies && c.cs.Case.Copy > 1)})
 	}
 	if err == nil || ctx.Err() != nil {
 		return nil
@@ -755,6 +761,7 @@ func (r *run) trialRecord(cs result.CaseSpec, n int, warmup bool, start time.Tim
 	for k, v := range m.Metrics {
 		t.Metrics[k] = v
 	}
+	t.Accounting = m.Accounting
 	if len(m.Server) > 0 {
 		t.Conditions[result.ServerCommandKey] = strings.Join(m.Server, " ")
 	}
@@ -792,7 +799,7 @@ func (r *run) trialRecord(cs result.CaseSpec, n int, warmup bool, start time.Tim
 }
 
 // sanitize checks a trial's figures: a non-finite value fails the trial (the tool's output
-// cannot be trusted; JSON cannot even hold it); a host-wide CPU share (suffix _host_pct)
+// cannot be trusted; JSON cannot even hold it), and so does a negative duration (a bug); a host-wide CPU share (suffix _host_pct)
 // outside 0..100 is impossible and left out, with a note saying so.
 func sanitize(m map[string]float64) ([]string, error) {
 	var notes []string
@@ -800,6 +807,9 @@ func sanitize(m map[string]float64) ([]string, error) {
 		v := m[k]
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return nil, fmt.Errorf("the tool reported %s = %v, not a number: trial failed", k, v)
+		}
+		if result.IsDuration(k) && v < 0 {
+			return nil, fmt.Errorf("%s = %g, a negative duration: the measurement split time at points out of order; trial failed (please report it)", k, v)
 		}
 		if strings.HasSuffix(k, "_host_pct") && (v < 0 || v > 100) {
 			notes = append(notes, fmt.Sprintf("%s = %g left out: a share of the whole host must be within 0..100 %%", k, v))

@@ -356,6 +356,25 @@ func TestNonFiniteFailsTrialAndNotes(t *testing.T) {
 	}
 }
 
+// A negative duration (any scenario's: a time in s, ms or us) is a measurement error: that
+// trial fails with the figure named; a rate per second may be anything it is.
+func TestNegativeDurationFailsTrial(t *testing.T) {
+	w := newModel(t, 1)
+	w.special[2] = map[string]float64{"add_data_p50_ms": -6.6}
+	w.special[3] = map[string]float64{"probe_clock_offset_ms": -250}
+	sum, err := Run(context.Background(), []result.CaseSpec{synth("a", "crr", 3, nil)}, runOpts(t.TempDir(), &clusters{}, perCase(), Settings{}))
+	if err != nil {
+		t.Fatalf("run aborted: %v", err)
+	}
+	r := sum.Results[0]
+	if r.Status != "ok" || !strings.Contains(r.Reason, "1 of 3 trials failed") || !strings.Contains(r.Reason, "add_data_p50_ms = -6.6, a negative duration") {
+		t.Errorf("status %s, reason %q", r.Status, r.Reason)
+	}
+	if m := r.Metrics["probe_clock_offset_ms"]; m.N != 1 || m.Min != -250 {
+		t.Errorf("a clock offset (signed, not a duration) was not kept: %+v", m)
+	}
+}
+
 // A case whose cluster failed to build is recorded at the first trial it stands for; a
 // resume that measures every trial leaves no stale failure behind. A case the host cannot
 // run is skipped as a whole and not retried.

@@ -44,9 +44,12 @@ import (
 //     until the prober stops, are relapses (relapses_count; a real cluster's kube-proxy
 //     resyncing 1,000 Services a second after the change dropped a run of connections);
 //   - control: how long the call took. On the lab it returns once every node's data plane
-//     holds the change (the lab's control plane is the call), so control is programming and
-//     data (the reaction less control) may be negative: the kernel uses a ruleset as soon as
-//     its transaction commits, before the tool that sent it exits. On a cluster it is the API.
+//     holds the change (the lab's control plane is the call), so control is programming; on a
+//     cluster it is the API. data is the time from the call's return until the first
+//     attempt that obeys (0 when one obeyed before the call returned), overlap how long
+//     before the call returned the data plane obeyed already (0 when it obeyed after): the
+//     kernel uses a ruleset as soon as its transaction commits, before the tool that sent it
+//     exits, so on the lab the two phases overlap. Neither is ever negative (see phases).
 //   - program: the backend's own figure for the programming (cl.Programmed's
 //     proxy_program_ms, where the backend reports one).
 //
@@ -208,7 +211,7 @@ func (change) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt 
 	if err != nil {
 		return nil, err
 	}
-	f := &changeFixture{trialFrame: trialFrame{cl: cl, clientCPU: opt.CPUs[0]}, opt: opt, c: c, kind: kind, self: self}
+	f := &changeFixture{trialFrame: newFrame(cl, opt, cluster.Pod{}), opt: opt, c: c, kind: kind, self: self}
 	made, err := cl.CreatePods(ctx, []cluster.PodSpec{
 		{Name: objName(opt, "client"), Node: cn, Labels: fixtureLabels(opt, "client")},
 		{Name: objName(opt, "endpoint"), Node: sn, Labels: fixtureLabels(opt, "endpoint"), AnswerPort: answerPort,
@@ -270,7 +273,8 @@ func (f *changeFixture) Trial(ctx context.Context, durationS int) (Measurement, 
 	}
 	shift := applied(offset, unc)
 	probeCmd := pin(f.opt.CPUs[0], driver.ProbeCommand(f.self, driver.ProbeSpec{Target: f.target, Interval: changeInterval, Timeout: changeTimeout}))
-	before, cpuErr := f.cl.NodeCPU(ctx, f.client.Node)
+	win := f.open(ctx)
+	defer win.abandon(context.WithoutCancel(ctx))
 	begin := time.Now()
 	var steps []changeStep
 	var raw bytes.Buffer
@@ -293,13 +297,14 @@ func (f *changeFixture) Trial(ctx context.Context, durationS int) (Measurement, 
 			steps = append(steps, st)
 		}
 	}
-	after, cpuErr2 := f.cl.NodeCPU(ctx, f.client.Node)
+	cpu := map[string]float64{}
+	acct := win.close(ctx, cpu)
 	m, err := changeMetrics(f.kind, steps, f.obeys)
 	if err != nil {
 		return fail(err)
 	}
-	addProbeConditions(m, shift, unc, before, after, errors.Join(cpuErr, cpuErr2), f.setup)
-	return Measurement{Metrics: m, Raw: raw.Bytes(), Client: probeCmd}, nil
+	addProbeConditions(m, shift, unc, cpu, f.setup)
+	return Measurement{Metrics: m, Raw: raw.Bytes(), Client: probeCmd, Accounting: acct}, nil
 }
 
 // done says whether the change is made now (the state after do: every kind's do makes the
@@ -443,11 +448,11 @@ func waitAttempts(ctx context.Context, p cluster.Process, shift, d time.Duration
 
 // changeTimes are one step's figures in milliseconds.
 type changeTimes struct {
-	first, all, control, data, program float64
-	changed                            float64 // what the programming touched (-1: not reported)
-	resolution                         float64 // half the gap the first figure falls in
-	flaps                              int     // attempts that disobeyed between first and all
-	relapses                           int     // attempts that disobeyed after the change settled
+	first, all, control, data, overlap, program float64
+	changed                                     float64 // what the programming touched (-1: not reported)
+	resolution                                  float64 // half the gap the first figure falls in
+	flaps                                       int     // attempts that disobeyed between first and all
+	relapses                                    int     // attempts that disobeyed after the change settled
 }
 
 // firstObeying returns the index of the first attempt started at or after the call (from)
@@ -494,7 +499,7 @@ func (st changeStep) times(obeys func(bool, driver.ProbeAttempt) bool) (changeTi
 	t.first, t.resolution = ms(f), ms(half)
 	a, _ := mid(all)
 	t.all = ms(a)
-	t.data = t.first - t.control
+	t.data, t.overlap = phases(t.first, t.control)
 	for i := first; i < all; i++ {
 		if !ok(i) {
 			t.flaps++
@@ -546,10 +551,11 @@ func changeMetrics(k changeKind, steps []changeStep, obeys func(bool, driver.Pro
 		if do {
 			dir = k.do
 		}
-		var first, all, control, data, program, changed []float64
+		var first, all, control, data, overlap, program, changed []float64
 		flaps, relapses := 0, 0
 		for _, t := range by[do] {
 			first, all, control, data = append(first, t.first), append(all, t.all), append(control, t.control), append(data, t.data)
+			overlap = append(overlap, t.overlap)
 			if t.program >= 0 {
 				program = append(program, t.program)
 			}
@@ -567,6 +573,7 @@ func changeMetrics(k changeKind, steps []changeStep, obeys func(bool, driver.Pro
 		m[dir+"_all_p99_ms"] = nearestRank(all, 99)
 		m[dir+"_control_p50_ms"] = nearestRank(control, 50)
 		m[dir+"_data_p50_ms"] = nearestRank(data, 50)
+		m[dir+"_overlap_p50_ms"] = nearestRank(overlap, 50)
 		if len(program) > 0 {
 			m[dir+"_program_p50_ms"] = nearestRank(program, 50)
 		}

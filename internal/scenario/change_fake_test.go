@@ -307,6 +307,47 @@ func TestChangeOnFake(t *testing.T) {
 	r.AssertEmpty(t)
 }
 
+// When the data plane obeys before the call returns (the lab's kernel uses a ruleset as soon
+// as its transaction commits, before the tool that sent it exits) the phases overlap: 30 ms
+// from the call to the new state, a call of 40 ms. The data part is then 0 and the overlap
+// 10 ms, never a negative duration (all - control was -10 ms before).
+func TestChangeOverlapOnFake(t *testing.T) {
+	shortChangeWaits(t)
+	r := newChangeFake(30 * time.Millisecond)
+	r.call = 40 * time.Millisecond
+	f, err := change{}.Setup(context.Background(), r, changeCase("service", 1), Options{CPUs: [2]int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(context.Background())
+	m, err := f.Trial(context.Background(), 0)
+	if err != nil {
+		t.Fatalf("trial: %v\n%s", err, m.Raw)
+	}
+	for k, want := range map[string]float64{"add_p50_ms": 30, "add_control_p50_ms": 40, "add_data_p50_ms": 0, "add_overlap_p50_ms": 10,
+		"remove_control_p50_ms": 40, "remove_data_p50_ms": 0, "remove_overlap_p50_ms": 10} {
+		if v, ok := m.Metrics[k]; !ok || !near(v, want, 2) {
+			t.Errorf("%s = %v (present %v), want %v ± 2", k, v, ok, want)
+		}
+	}
+	for k, v := range m.Metrics {
+		if result.IsDuration(k) && v < 0 {
+			t.Errorf("%s = %v: a negative duration", k, v)
+		}
+	}
+}
+
+func TestPhases(t *testing.T) {
+	for _, c := range []struct{ total, control, data, overlap float64 }{
+		{30, 5, 25, 0}, {30, 40, 0, 10}, {30, 30, 0, 0}, {0, 3, 0, 3},
+	} {
+		d, o := phases(c.total, c.control)
+		if d != c.data || o != c.overlap || d-o != c.total-c.control {
+			t.Errorf("phases(%v, %v) = %v, %v; want %v, %v", c.total, c.control, d, o, c.data, c.overlap)
+		}
+	}
+}
+
 // The policy kind: with 5 policies standing over 3 silent pods, a policy denying all ingress
 // to the endpoint is added and removed minChanges times each; the prober aims at the endpoint
 // pod itself, and the figures are the data plane's schedule (40 ms) in both directions.

@@ -18,12 +18,27 @@ type trialFrame struct {
 	cl        cluster.Cluster
 	client    cluster.Pod
 	clientCPU int
+	// serverName is the pod the client measures to ("" when there is none, or several): with
+	// the client it orders the hops of the trial's accounting.
+	serverName string
+	// account asks the backend to account each trial (Options.NoAccount off).
+	account bool
 	// setup are figures of the case's setup (time to program Services and policies, rule and
 	// set counts from cl.Programmed), added to every trial's metrics: they are conditions of
 	// each trial, and the summary then shows them beside the measurements.
 	setup map[string]float64
 	// serverCmd is the server's command line, started at set-up.
 	serverCmd []string
+}
+
+// newFrame is the frame of a fixture whose trials run on client (zero: set later).
+func newFrame(cl cluster.Cluster, opt Options, client cluster.Pod) trialFrame {
+	return trialFrame{cl: cl, client: client, clientCPU: opt.CPUs[0], account: !opt.NoAccount}
+}
+
+// open opens the window of a trial run from the frame's client.
+func (fr *trialFrame) open(ctx context.Context) *window {
+	return openWindow(ctx, fr.cl, fr.client.Node, fr.account, fr.client.Name, fr.serverName)
 }
 
 // pin prefixes argv with taskset so placement on this small machine is never left to chance.
@@ -42,7 +57,8 @@ func pin(cpu int, argv []string) []string {
 //     the failure, nil metrics fail the trial without figures.
 //
 // The client node's busy, softirq and steal shares over the run and the setup figures are
-// added to the metrics. The trial's client command is the argvs joined by "&" (they ran
+// added to the metrics; the backend's accounting of the run (per CPU, role and hop) comes
+// with the measurement. The trial's client command is the argvs joined by "&" (they ran
 // side by side); its raw output the stdouts one after the other.
 func measure[T any](ctx context.Context, fr *trialFrame, tool string, argvs [][]string, timeout time.Duration,
 	read func(stdouts [][]byte) (T, error), judge func(T) (map[string]float64, error)) (Measurement, error) {
@@ -58,9 +74,11 @@ func measure[T any](ctx context.Context, fr *trialFrame, tool string, argvs [][]
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cnt0 := readCounters(fr.cl)
-	before, cpuErr := fr.cl.NodeCPU(ctx, fr.client.Node)
+	win := fr.open(ctx)
+	defer win.abandon(context.WithoutCancel(ctx))
 	res, errs := execAll(tctx, fr.cl, fr.client.Name, pinned)
-	after, cpuErr2 := fr.cl.NodeCPU(ctx, fr.client.Node)
+	cpu := map[string]float64{}
+	acct := win.close(ctx, cpu)
 	cnt1 := readCounters(fr.cl)
 	name := func(i int) string {
 		if len(argvs) == 1 {
@@ -104,18 +122,12 @@ func measure[T any](ctx context.Context, fr *trialFrame, tool string, argvs [][]
 	if m == nil {
 		return Measurement{Raw: raw}, err
 	}
-	if cpuErr == nil && cpuErr2 == nil {
-		busy, sirq := cluster.Busy(before, after)
-		m["cpu_node_busy_pct"], m["cpu_node_softirq_pct"] = busy, sirq
-		m["cpu_node_steal_pct"] = cluster.StealPct(before, after)
+	for _, add := range []map[string]float64{cpu, fr.setup, counted(cnt0, cnt1)} {
+		for k, v := range add {
+			m[k] = v
+		}
 	}
-	for k, v := range fr.setup {
-		m[k] = v
-	}
-	for k, v := range counted(cnt0, cnt1) {
-		m[k] = v
-	}
-	return Measurement{Metrics: m, Raw: raw, Server: fr.serverCmd, Client: client}, err
+	return Measurement{Metrics: m, Raw: raw, Server: fr.serverCmd, Client: client, Accounting: acct}, err
 }
 
 // execAll runs argvs in pod at the same time and returns each one's result and error, in
@@ -174,4 +186,13 @@ func excerptLines(s string, n int) string {
 		return s
 	}
 	return fmt.Sprintf("%s (and %d more lines)", strings.Join(lines[:n], "; "), len(lines)-n)
+}
+
+// phases splits a reaction of total milliseconds, of which the control plane took control
+// (from the same start), into the data plane's part after the control plane's ended and the
+// overlap: how long before the control plane's part ended the data plane had followed (a
+// kernel that uses a ruleset as soon as its transaction commits, before the call that sent it
+// returns). data - overlap = total - control; neither is negative.
+func phases(total, control float64) (data, overlap float64) {
+	return max(total-control, 0), max(control-total, 0)
 }

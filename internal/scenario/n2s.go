@@ -149,8 +149,9 @@ func (n2s) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 		return nil, err
 	}
 	client, server := made[0], made[1]
-	f := &pairFixture{trialFrame: trialFrame{cl: cl, client: client, clientCPU: opt.CPUs[0]}, server: server, target: target.IP,
+	f := &pairFixture{trialFrame: newFrame(cl, opt, client), server: server, target: target.IP,
 		drv: drv, pods: []string{client.Name, server.Name}}
+	f.serverName = server.Name
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, f.Close(context.WithoutCancel(ctx)))

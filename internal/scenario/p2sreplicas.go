@@ -81,7 +81,7 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 	// Lab pods share the host's file system: the token keeps this fixture's directories apart
 	// inside the cluster's scratch directory, which the backend removes with the cluster.
 	token := names.Random(names.Lower, 8)
-	f := &replicasFixture{trialFrame: trialFrame{cl: cl, clientCPU: opt.CPUs[0]}}
+	f := &replicasFixture{trialFrame: newFrame(cl, opt, cluster.Pod{})}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, f.Close(context.WithoutCancel(ctx)))

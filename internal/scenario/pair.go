@@ -53,7 +53,8 @@ const netperfDataPort = 12866
 // startPair starts the server for c.Protocol in the server pod and returns a fixture. pods
 // are deleted on Close (and on error).
 func startPair(ctx context.Context, cl cluster.Cluster, c result.Case, opt Options, client, server cluster.Pod, pods []string) (_ *pairFixture, err error) {
-	f := &pairFixture{trialFrame: trialFrame{cl: cl, client: client, clientCPU: opt.CPUs[0]}, server: server, target: server.IP, pods: pods}
+	f := &pairFixture{trialFrame: newFrame(cl, opt, client), server: server, target: server.IP, pods: pods}
+	f.serverName = server.Name
 	defer func() {
 		if err != nil {
 			_ = f.Close(context.Background())

@@ -43,9 +43,11 @@ import (
 //     (cluster.EndpointsSet: on the lab, its own controller, when the programming of the
 //     client's node returned; on a cluster, when the Service's EndpointSlices listed it). The
 //     data-plane part is the rest: on a cluster kube-proxy's sync and the kernel; on the lab
-//     the kernel only, and it is negative where the kernel used the new rules before the
-//     programming returned (nf_tables commits in the batch's sendmsg, and nft and iptables-nft
-//     return after closing their netlink socket, which waits for an RCU grace period).
+//     the kernel only. Where the kernel used the new rules before the programming returned
+//     (nf_tables commits in the batch's sendmsg, and nft and iptables-nft return after closing
+//     their netlink socket, which waits for an RCU grace period) the phases overlap: the data
+//     part is 0 and the overlap (how long before the control part ended the data plane
+//     followed) is reported on its own, so no part is ever negative (see phases).
 //
 // Times: probes are stamped by the client pod's wall clock, events by this host's. The
 // scenario estimates the offset between the two before each trial (clockOffset) and applies it
@@ -246,7 +248,7 @@ func (reaction) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, op
 	if err != nil {
 		return nil, err
 	}
-	f := &reactionFixture{trialFrame: trialFrame{cl: cl, clientCPU: opt.CPUs[0]}, tracker: tr, opt: opt, node: sn}
+	f := &reactionFixture{trialFrame: newFrame(cl, opt, cluster.Pod{}), tracker: tr, opt: opt, node: sn}
 	made, err := cl.CreatePods(ctx, []cluster.PodSpec{{Name: objName(opt, "client"), Node: cn, Labels: fixtureLabels(opt, "client")}, f.endpointSpec(0)})
 	if err != nil {
 		return nil, err
@@ -333,7 +335,8 @@ func (f *reactionFixture) Trial(ctx context.Context, durationS int) (Measurement
 	}
 	shift := applied(offset, unc)
 	cnt0 := readCounters(f.cl)
-	before, cpuErr := f.cl.NodeCPU(ctx, f.client.Node)
+	win := f.open(ctx)
+	defer win.abandon(context.WithoutCancel(ctx))
 	begin := time.Now()
 	var steps []reactionStep
 	fail := func(err error) (Measurement, error) {
@@ -348,18 +351,19 @@ func (f *reactionFixture) Trial(ctx context.Context, durationS int) (Measurement
 			}
 		}
 	}
-	after, cpuErr2 := f.cl.NodeCPU(ctx, f.client.Node)
+	cpu := map[string]float64{}
+	acct := win.close(ctx, cpu)
 	cnt1 := readCounters(f.cl)
 	evs := track.Events()
 	m, err := reactionMetrics(steps, evs, f.client.Node)
 	if err != nil {
 		return fail(err)
 	}
-	addProbeConditions(m, shift, unc, before, after, errors.Join(cpuErr, cpuErr2), f.setup)
+	addProbeConditions(m, shift, unc, cpu, f.setup)
 	for k, v := range counted(cnt0, cnt1) {
 		m[k] = v
 	}
-	return Measurement{Metrics: m, Raw: reactionRecord(steps, evs, f.client.Node, shift, unc), Client: f.probeCmd}, nil
+	return Measurement{Metrics: m, Raw: reactionRecord(steps, evs, f.client.Node, shift, unc), Client: f.probeCmd, Accounting: acct}, nil
 }
 
 // step makes one change with the probe running: it starts the probe, waits until the
@@ -550,9 +554,9 @@ func controlEvent(evs []cluster.EndpointEvent, st reactionStep, node string) *cl
 
 // stepTimes are one change's figures in milliseconds.
 type stepTimes struct {
-	total, control, data float64
-	ready                float64 // scale up: from the create call to the pod being ready
-	failed               int     // scale down: probes that failed
+	total, control, data, overlap float64
+	ready                         float64 // scale up: from the create call to the pod being ready
+	failed                        int     // scale down: probes that failed
 }
 
 // times computes a step's figures from its probes and the track's events (see reaction).
@@ -582,23 +586,20 @@ func (st reactionStep) times(evs []cluster.EndpointEvent, node string) (stepTime
 		t.failed = failed
 	}
 	t.control = ms(ctl.At.Sub(from.At))
-	t.data = t.total - t.control
+	t.data, t.overlap = phases(t.total, t.control)
 	return t, nil
 }
 
 // addProbeConditions adds a probing trial's conditions to its figures: the offset applied to
 // the pod's clock and its uncertainty, the client node's CPU over the trial (when both
 // samples were read: cpuErr nil) and the case's set-up figures.
-func addProbeConditions(m map[string]float64, shift, unc time.Duration, before, after cluster.CPUSample, cpuErr error, setup map[string]float64) {
+func addProbeConditions(m map[string]float64, shift, unc time.Duration, cpu, setup map[string]float64) {
 	m["probe_clock_offset_ms"] = ms(shift)
 	m["probe_clock_uncertainty_ms"] = ms(unc)
-	if cpuErr == nil {
-		busy, sirq := cluster.Busy(before, after)
-		m["cpu_node_busy_pct"], m["cpu_node_softirq_pct"] = busy, sirq
-		m["cpu_node_steal_pct"] = cluster.StealPct(before, after)
-	}
-	for k, v := range setup {
-		m[k] = v
+	for _, add := range []map[string]float64{cpu, setup} {
+		for k, v := range add {
+			m[k] = v
+		}
 	}
 }
 
@@ -631,15 +632,17 @@ func reactionMetrics(steps []reactionStep, evs []cluster.EndpointEvent, node str
 		name string
 		ts   []stepTimes
 	}{{"up", up}, {"down", down}} {
-		var total, control, data []float64
+		var total, control, data, overlap []float64
 		for _, t := range d.ts {
 			total, control, data = append(total, t.total), append(control, t.control), append(data, t.data)
+			overlap = append(overlap, t.overlap)
 		}
 		m["reaction_"+d.name+"_ms"] = mean(total)
 		m["reaction_"+d.name+"_p50_ms"] = nearestRank(total, 50)
 		m["reaction_"+d.name+"_max_ms"] = slices.Max(total)
 		m["reaction_"+d.name+"_control_ms"] = mean(control)
 		m["reaction_"+d.name+"_data_ms"] = mean(data)
+		m["reaction_"+d.name+"_overlap_ms"] = mean(overlap)
 	}
 	var ready []float64
 	failed := 0

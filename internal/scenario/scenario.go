@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cnibench/cnibench/internal/account"
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/result"
 )
@@ -18,6 +19,9 @@ type Options struct {
 	// Name tells apart the fixtures that stand in one cluster at once: their pods are named
 	// after it ("f3-client"); "" when the fixture has its cluster to itself.
 	Name string
+	// NoAccount turns the backend's per-CPU, per-role and per-hop accounting of each trial
+	// off (cluster.Accounter); the node's busy, softirq and steal shares are kept.
+	NoAccount bool
 }
 
 // Measurement is one trial's outcome.
@@ -27,6 +31,8 @@ type Measurement struct {
 	// Server and Client are the command lines the trial ran (the server's started at set-up),
 	// recorded with the trial so a report can show what was measured, as seed 001's tables do.
 	Server, Client []string
+	// Accounting is where the trial's CPU time and packets went (nil: not accounted).
+	Accounting *account.Trial
 }
 
 // Fixture is a case set up and ready to run trials.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -203,6 +204,7 @@ type vnfFixture struct {
 	c         result.Case
 	self      string
 	gen, recv cluster.Pod
+	account   bool // account each trial (Options.NoAccount off)
 	vip       string
 	genCPU    *int // where the generator and the receiver are pinned (nil: not pinned)
 	recvCPU   *int
@@ -258,7 +260,7 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 		return nil, cluster.Unsupported("placement %s needs 2 nodes, cluster has %d", c.Placement, len(nodes))
 	}
 	n := max(c.Replicas, 1)
-	f := &vnfFixture{cl: cl, c: c, self: self, last: map[trialKey]pktOutcome{}}
+	f := &vnfFixture{cl: cl, c: c, self: self, last: map[trialKey]pktOutcome{}, account: !opt.NoAccount}
 	defer func() {
 		if err != nil {
 			_ = f.Close(context.WithoutCancel(ctx))
@@ -568,9 +570,11 @@ func (f *vnfFixture) Trial(ctx context.Context, durationS int) (Measurement, err
 			return Measurement{}, err
 		}
 	}
-	before, cpuErr := f.cl.NodeCPU(ctx, f.gen.Node)
+	win := openWindow(ctx, f.cl, f.gen.Node, f.account, f.gen.Name, f.recv.Name)
+	defer win.abandon(context.WithoutCancel(ctx))
 	res, err := srch.run(ctx, f, f.maxRate, final)
-	after, cpuErr2 := f.cl.NodeCPU(ctx, f.gen.Node)
+	cpu := map[string]float64{}
+	acct := win.close(ctx, cpu)
 	raw, _ := json.Marshal(res)
 	client := driver.PktGenCommand(driver.PktGenSpec{Binary: f.self, Dst: f.vip, Mode: f.c.Protocol, Size: strconv.Itoa(f.c.FrameSize),
 		RatePPS: -1, DurationS: final.Seconds(), Flows: vnfFlows, CPU: f.genCPU})
@@ -579,12 +583,8 @@ func (f *vnfFixture) Trial(ctx context.Context, durationS int) (Measurement, err
 		return Measurement{Raw: raw}, fmt.Errorf("%s search: %w", srch.name, err)
 	}
 	m := f.metrics(srch, res, final)
-	if cpuErr == nil && cpuErr2 == nil {
-		busy, sirq := cluster.Busy(before, after)
-		m["cpu_node_busy_pct"], m["cpu_node_softirq_pct"] = busy, sirq
-		m["cpu_node_steal_pct"] = cluster.StealPct(before, after)
-	}
-	return Measurement{Metrics: m, Raw: raw, Server: f.vnfCmd, Client: client}, nil
+	maps.Copy(m, cpu)
+	return Measurement{Metrics: m, Raw: raw, Server: f.vnfCmd, Client: client, Accounting: acct}, nil
 }
 
 // metrics are a search's figures: each goal's rate (the NDR and PDR, or the ramp's maximum

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"fmt"
+	"github.com/cnibench/cnibench/internal/account"
 	"maps"
 	"slices"
 
@@ -118,9 +119,16 @@ func aggregateCase(c result.Case, trials map[int]result.Trial, hadWarmups bool) 
 	}
 
 	values := map[string][]float64{}
+	var accts []*account.Trial
 	for _, t := range ok {
 		for name, v := range t.Metrics {
 			values[name] = append(values[name], v)
+		}
+		accts = append(accts, t.Accounting)
+	}
+	if cr.Accounting = account.Merge(accts); cr.Accounting != nil {
+		if v := account.Judge(cr.Accounting); v.Bottleneck != "" {
+			cr.Verdict = &v
 		}
 	}
 	if len(values) > 0 {

@@ -140,8 +140,8 @@ func TestHTMLComparisonInChromium(t *testing.T) {
 }
 
 // TestAccountingInChromium opens the report of a run whose trials were accounted (recorded
-// under testdata/accounted-run: the bare baseline, calico pods intra and inter node, a
-// route-iptables chain) and checks that a p2p and a chain case each show their verdict, one
+// under testdata/accounted-run: cnibench run --plan plans/ceiling.yaml, the bare baseline,
+// calico and flannel pods, routed and bridged iptables chains) and checks that a p2p and a chain case each show their verdict, one
 // stacked bar per CPU whose parts fill it (they add up to 100 %), and the hop table with a row
 // per device of the path, in path order from the client to the server.
 func TestAccountingInChromium(t *testing.T) {

@@ -69,7 +69,8 @@ func (c CPU) BusyPct() float64 { return c.UserPct + c.SystemPct + c.IRQPct + c.S
 type Role struct {
 	Name string `json:"name"`
 	// Kind is what the role is: "pod", "nf" (a network function's namespace), "node" (a node's
-	// own processes: host-network servers, switches).
+	// own processes: host-network servers, switches), "self" (cnibench's own threads: the
+	// network functions it runs in-process, the nodes' agents, the accounting's sampler).
 	Kind string `json:"kind"`
 	// Commands are the distinct command names of its processes (iperf3, netserver).
 	Commands []string `json:"commands,omitempty"`

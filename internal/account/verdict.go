@@ -209,7 +209,7 @@ func (a *Trial) rolesOn(cpu int) []string {
 		for _, s := range r.RanOn {
 			if s.CPU == cpu && s.Pct >= ranOnPct {
 				label := r.Name
-				if len(r.Commands) > 0 {
+				if len(r.Commands) > 0 && !slices.Equal(r.Commands, []string{r.Name}) {
 					label += " (" + strings.Join(r.Commands, ", ") + ")"
 				}
 				ons = append(ons, on{fmt.Sprintf("%s %.0f %%", label, s.Pct), s.Pct})

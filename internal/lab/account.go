@@ -113,7 +113,20 @@ func (l *Lab) acctScope(path cluster.AccountPath) []acctNS {
 		add(acctNS{name: n.ns, where: n.name, kind: "node", order: o})
 	}
 	add(acctNS{name: l.fabric, where: "fabric", kind: "fabric", order: orderFabric})
+	// cnibench itself, a role but no namespace: the network functions it runs in-process (the
+	// user-space forwarders), the nodes' agents and the sampler are its threads.
+	out = append(out, acctNS{where: "cnibench", kind: "self", order: orderOther})
 	return out
+}
+
+// selfTimes is cnibench's own CPU time as a role: its threads only (its reaped children, the
+// commands it ran in pods, are accounted to their pods).
+func selfTimes(idx int) (procTimes, bool) {
+	ps, ok := readProcStat("/proc/self/stat")
+	if !ok {
+		return procTimes{}, false
+	}
+	return procTimes{ns: idx, user: ps.UTime, sys: ps.STime, comm: ps.Comm}, true
 }
 
 // devReading is one device's counters.
@@ -252,6 +265,8 @@ type acctWindow struct {
 	on      []map[int]uint64
 	busy    time.Duration // the sampler's looks in the window, together
 	comms   []map[string]bool
+	// selfIdx is cnibench's own entry of the scope.
+	selfIdx int
 	// listed are the PIDs /proc had at the last look: each look also watches the processes of
 	// the scope that are new since (a server's forked children: netserver forks one per test).
 	listed map[int]bool
@@ -267,7 +282,9 @@ func (l *Lab) Account(ctx context.Context, path cluster.AccountPath) (cluster.Ac
 		watch: map[int]int{}, last: map[int]procTimes{}, credit: map[int][2]float64{}, ended: map[int]bool{},
 		threads: map[int]uint64{}, stop: make(chan struct{}), stopped: make(chan struct{})}
 	for i, s := range w.scope {
-		if ino, err := netns.Inode(s.name); err == nil {
+		if s.kind == "self" {
+			w.selfIdx = i
+		} else if ino, err := netns.Inode(s.name); err == nil {
 			w.inos[ino] = i
 		}
 		w.on = append(w.on, map[int]uint64{})
@@ -283,6 +300,9 @@ func (l *Lab) Account(ctx context.Context, path cluster.AccountPath) (cluster.Ac
 	l.acctMu.Unlock()
 	w.ns0 = w.readAll()
 	procs0, listed := scanProcs(w.inos, nil)
+	if t, ok := selfTimes(w.selfIdx); ok {
+		procs0[os.Getpid()] = t
+	}
 	w.mu.Lock()
 	w.procs0, w.listed = procs0, listed
 	for pid, t := range procs0 {
@@ -305,7 +325,9 @@ func (l *Lab) Account(ctx context.Context, path cluster.AccountPath) (cluster.Ac
 func (w *acctWindow) readAll() []nsReading {
 	out := make([]nsReading, len(w.scope))
 	_ = cluster.Parallel(context.Background(), len(w.scope), 8, func(i int) error {
-		out[i] = readNS(w.scope[i].name)
+		if w.scope[i].kind != "self" {
+			out[i] = readNS(w.scope[i].name)
+		}
 		return nil
 	})
 	return out
@@ -369,6 +391,9 @@ func (w *acctWindow) look(first bool) {
 			continue
 		}
 		o := obs{pid: pid, t: timesOf(idx, ps)}
+		if idx == w.selfIdx {
+			o.t = procTimes{ns: idx, user: ps.UTime, sys: ps.STime, comm: ps.Comm}
+		}
 		tasks, _ := os.ReadDir(dir + "/task")
 		for _, task := range tasks {
 			if ts, ok := readProcStat(dir + "/task/" + task.Name() + "/stat"); ok {
@@ -451,6 +476,9 @@ func (w *acctWindow) Close(ctx context.Context) (*account.Trial, error) {
 	}
 	window := host1.At.Sub(w.began).Seconds()
 	procs1, _ := scanProcs(w.inos, nil)
+	if t, ok := selfTimes(w.selfIdx); ok {
+		procs1[os.Getpid()] = t
+	}
 	ns1 := w.readAll()
 	a := &account.Trial{WindowS: window, Hosts: []account.Host{account.HostDelta("host", w.host0, host1, slices.Clone(w.cpus))}}
 	w.mu.Lock()

@@ -1206,8 +1206,10 @@ func TestClosedStdout(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close() // the reader is gone before the first line
+	// The steal check off (--max-steal=-1): the test checks what the run does, not the steal
+	// policy (internal/runner tests it); a burst of steal once disturbed every trial of a CI run.
 	cmd := exec.Command(binPath, "run", "--scenario", "p2p", "--dataplane", "flannel", "--placement", "intra", "--protocol", "rr",
-		"--repeat", "1", "--duration", "1", "--warmup", "0", "--out", out)
+		"--repeat", "1", "--duration", "1", "--warmup", "0", "--max-steal=-1", "--out", out)
 	cmd.Stdout, cmd.Dir = w, t.TempDir()
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

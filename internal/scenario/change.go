@@ -258,6 +258,7 @@ type changeStep struct {
 	ProgramMS float64   // the backend's programming time of the change (-1: none reported)
 	Changed   float64   // what the backend's programming of the change touched (-1: none reported)
 	Attempts  []driver.ProbeAttempt
+	End       driver.ProbeEnd // the prober's end line: attempts started, slots missed, late starts
 	// Settled is the sequence number of the last attempt of the settleAttempts in a row that
 	// settled the change (-1: it never did); the attempts after it, until the prober stopped,
 	// are past the change's window: those that disobey are relapses.
@@ -330,7 +331,7 @@ func (f *changeFixture) step(ctx context.Context, probeCmd []string, shift time.
 			err = fmt.Errorf("stop the prober: %w", serr)
 		}
 		if run, perr := driver.ParseProbe(p.Output()); perr == nil {
-			st.Attempts = shifted(run.Attempts, shift)
+			st.Attempts, st.End = shifted(run.Attempts, shift), run.End
 		} else if err == nil {
 			err = perr
 		}
@@ -527,10 +528,12 @@ func (st changeStep) window() (in, after []driver.ProbeAttempt) {
 // maximum and mean of the reaction; P50 and P99 of all; P50 of control, data and program;
 // flaps; the changes made, the probe's median interval, and the mean and widest resolution
 // (half the gap between the attempts a change's figure falls between: half the interval when
-// the prober keeps its schedule, more when the machine held it up).
+// the prober keeps its schedule, more when the machine held it up; probe_late_pct says how
+// often it did: the share of attempts started more than an interval after their slot).
 func changeMetrics(k changeKind, steps []changeStep, obeys func(bool, driver.ProbeAttempt) bool) (map[string]float64, error) {
 	by := map[bool][]changeTimes{}
 	var gaps, res []float64
+	var started, late int
 	for i, st := range steps {
 		t, err := st.times(obeys)
 		if err != nil {
@@ -538,6 +541,7 @@ func changeMetrics(k changeKind, steps []changeStep, obeys func(bool, driver.Pro
 		}
 		by[st.Do] = append(by[st.Do], t)
 		res = append(res, t.resolution)
+		started, late = started+st.End.Attempts, late+st.End.Late
 		for j := 1; j < len(st.Attempts); j++ {
 			gaps = append(gaps, ms(st.Attempts[j].Start.Sub(st.Attempts[j-1].Start)))
 		}
@@ -588,6 +592,11 @@ func changeMetrics(k changeKind, steps []changeStep, obeys func(bool, driver.Pro
 	}
 	m["probe_resolution_ms"] = mean(res)
 	m["probe_resolution_max_ms"] = slices.Max(res)
+	if started > 0 {
+		// the machine held the prober up: these attempts started more than an interval
+		// after their slot, and the resolution around them is coarser than half the interval
+		m["probe_late_pct"] = 100 * float64(late) / float64(started)
+	}
 	return m, nil
 }
 

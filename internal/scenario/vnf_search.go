@@ -101,12 +101,13 @@ func init() {
 		seconds: func(d int) float64 { return 30 * (float64(d) + engineRunSeconds) },
 	})
 	registerSearch(vnfSearch{name: "ramp",
-		summary: "seed 002's maximum feasible throughput: the rate rises 5 % a step (each step lasting the case's duration) from a tenth of the highest rate until a step loses 1 % or more",
+		summary: "seed 002's maximum feasible throughput: the rate rises 5 % a step (each step lasting the case's duration) from a tenth of the highest rate (halved until a step loses less than 1 %, when that start is too high) until a step loses 1 % or more",
 		run: func(ctx context.Context, m search.Measurer, maxRate float64, final time.Duration) (search.Result, error) {
-			return search.Ramp(ctx, m, search.RampConfig{Start: max(vnfMinRate, rampStartFraction*maxRate), MaxRate: maxRate, Step: rampStep, StepDuration: final})
+			return search.Ramp(ctx, m, search.RampConfig{Start: max(vnfMinRate, rampStartFraction*maxRate), MinRate: vnfMinRate, MaxRate: maxRate, Step: rampStep, StepDuration: final})
 		},
 		metric: func(float64) string { return "max_feasible" },
-		// At most 49 steps from a tenth of the highest rate; a ramp usually stops after ~2/3.
+		// At most 49 steps from a tenth of the highest rate (and a few halvings of a start too
+		// high); a ramp usually stops after ~2/3.
 		seconds: func(d int) float64 { return 33 * (float64(d) + engineRunSeconds) },
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -343,6 +344,27 @@ func TestRamp(t *testing.T) {
 	}
 	if res.TrialTime != 230*time.Second || math.Abs(g.Width-0.05/1.05) > 1e-12 {
 		t.Errorf("trial time %s width %g", res.TrialTime, g.Width)
+	}
+	// A start the device cannot take is halved until a step loses less, and the ramp rises
+	// from there: 400k and 200k lose, 100k does not, then 100k·1.05^k: k=7 (140,710) is the
+	// last below 141,414.
+	seen = nil
+	res, err = Ramp(context.Background(), dv, RampConfig{Start: 400_000, MinRate: 1000, MaxRate: 1e6, Progress: func(tr Trial) { seen = append(seen, tr.Rate) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g = res.Goals[0]
+	if !slices.Equal(seen[:3], []float64{400_000, 200_000, 100_000}) || math.Abs(g.Lower-100_000*math.Pow(1.05, 7)) > 1e-6 || len(res.Trials) != 3+8 ||
+		!strings.Contains(g.Note, "start, 400000 packets/s, lost 1 % or more: it rose from 100000") {
+		t.Errorf("ramp from too high a start: %+v after rates %v", g, seen)
+	}
+	// Even the min rate loses: no maximum, the last halving is the upper bound.
+	res, _ = Ramp(context.Background(), device{Capacity: 500}, RampConfig{Start: 8000, MinRate: 1000, MaxRate: 1e5, StepDuration: time.Second})
+	if g := res.Goals[0]; g.Lower != 0 || g.Upper != 1000 || len(res.Trials) != 4 || !strings.Contains(g.Note, "halved down to it") {
+		t.Errorf("ramp with nothing feasible: %+v after %d trials", g, len(res.Trials))
+	}
+	if _, err := Ramp(context.Background(), dv, RampConfig{Start: 1000, MinRate: 2000, MaxRate: 1e5}); !errors.Is(err, ErrBadConfig) {
+		t.Errorf("min rate above the start: %v", err)
 	}
 	// Never reaching the limit: the max rate is noted.
 	res, _ = Ramp(context.Background(), device{Capacity: 1e7}, RampConfig{Start: 1e5, MaxRate: 2e5, StepDuration: time.Second})

@@ -31,20 +31,23 @@ difference two cases can show here at that trial count. The figure is kept in
 
 With --account-cost it measures what accounting each trial costs (per CPU, per role, per hop):
 the case as two copies in rounds, the first accounted and the second not, and prints their
-paired ratio with its interval.`,
+paired ratio with its interval. --trace-cost does the same for run --trace hops: both copies
+accounted, the first traced.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
-			case noise.on && noise.cost:
-				return usagef("--noise and --account-cost: give one of them")
+			case b2i(noise.on)+b2i(noise.cost)+b2i(noise.traceCost) > 1:
+				return usagef("--noise, --account-cost and --trace-cost: give one of them")
 			case noise.on:
 				return runNoise(cmd, &noise)
 			case noise.cost:
 				return runAccountCost(cmd, &noise)
+			case noise.traceCost:
+				return runTraceCost(cmd, &noise)
 			}
 			for _, f := range []string{"noise-case", "noise-repeat", "noise-duration"} {
 				if cmd.Flags().Changed(f) {
-					return usagef("--%s needs --noise or --account-cost", f)
+					return usagef("--%s needs --noise, --account-cost or --trace-cost", f)
 				}
 			}
 			rep := doctor.Run(cmd.Context())

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -43,22 +44,24 @@ func lastNoiseFloor() map[string]any {
 	return m
 }
 
-// noiseFlags are doctor --noise's and --account-cost's settings.
+// noiseFlags are doctor --noise's, --account-cost's and --trace-cost's settings.
 type noiseFlags struct {
-	on       bool
-	cost     bool
-	caseID   string
-	repeat   int
-	duration int
+	on        bool
+	cost      bool
+	traceCost bool
+	caseID    string
+	repeat    int
+	duration  int
 }
 
 func (n *noiseFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.BoolVar(&n.on, "noise", false, "measure this host's noise floor: one case as two identical copies in rounds (an A/A test); says the smallest difference two cases can show here, and records it for every later run")
 	f.BoolVar(&n.cost, "account-cost", false, "measure what the per-CPU, per-role and per-hop accounting of each trial costs: one case as two copies in rounds, the first accounted, the second not; prints their paired ratio (default case p2p/calico/intra/tcp)")
-	f.StringVar(&n.caseID, "noise-case", "p2p/flannel/inter/crr", "with --noise or --account-cost: the case to copy, SCENARIO/DATAPLANE/PLACEMENT/PROTOCOL")
-	f.IntVar(&n.repeat, "noise-repeat", 12, "with --noise or --account-cost: trials per copy (12, the default of a run)")
-	f.IntVar(&n.duration, "noise-duration", 5, "with --noise or --account-cost: seconds per trial")
+	f.BoolVar(&n.traceCost, "trace-cost", false, "measure what --trace hops costs: one case as two copies in rounds, both accounted, the first traced, the second not; prints their paired ratio (default case p2p/calico/intra/tcp)")
+	f.StringVar(&n.caseID, "noise-case", "p2p/flannel/inter/crr", "with --noise, --account-cost or --trace-cost: the case to copy, SCENARIO/DATAPLANE/PLACEMENT/PROTOCOL")
+	f.IntVar(&n.repeat, "noise-repeat", 12, "with --noise, --account-cost or --trace-cost: trials per copy (12, the default of a run)")
+	f.IntVar(&n.duration, "noise-duration", 5, "with --noise, --account-cost or --trace-cost: seconds per trial")
 }
 
 // copies runs the case as two copies in rounds with settings set, and returns the paired
@@ -115,15 +118,41 @@ func runAccountCost(cmd *cobra.Command, n *noiseFlags) error {
 				1000*a.SamplerS, a.WindowS, 100*a.SamplerS/a.WindowS, 100*a.SamplerS/a.WindowS/float64(max(cpus, 1)), cpus)
 		}
 	}
-	// Copy 2 (not accounted) against copy 1 (accounted): a ratio above 1 for a rate is what
-	// the accounting took.
-	fmt.Fprintf(w, "%s, %d rounds of %d s: not accounted / accounted = %.3f [%.3f, %.3f] (%s)\n", n.caseID, c.N, n.duration, c.Ratio, c.CI95Low, c.CI95High, c.Metric)
+	n.printCost(w, c, "accounted", "accounting", out)
+	return nil
+}
+
+// printCost prints the paired ratio of copy 2 (without the part) against copy 1 (with it): a
+// ratio above 1 for a rate is what the part took.
+func (n *noiseFlags) printCost(w io.Writer, c *result.Comparison, with, part, out string) {
+	fmt.Fprintf(w, "%s, %d rounds of %d s: not %s / %s = %.3f [%.3f, %.3f] (%s)\n", n.caseID, c.N, n.duration, with, with, c.Ratio, c.CI95Low, c.CI95High, c.Metric)
 	if c.Differs() {
-		fmt.Fprintf(w, "accounting cost: %.1f %% of %s (95 %% interval %.1f .. %.1f %%)\n", 100*(1-1/c.Ratio), c.Metric, 100*(1-1/c.CI95Low), 100*(1-1/c.CI95High))
+		fmt.Fprintf(w, "%s cost: %.1f %% of %s (95 %% interval %.1f .. %.1f %%)\n", part, 100*(1-1/c.Ratio), c.Metric, 100*(1-1/c.CI95Low), 100*(1-1/c.CI95High))
 	} else {
-		fmt.Fprintf(w, "accounting cost: no difference this host can tell (the interval holds 1.0); at most %.1f %% of %s\n", 100*(1-1/c.CI95High), c.Metric)
+		fmt.Fprintf(w, "%s cost: no difference this host can tell (the interval holds 1.0); at most %.1f %% of %s\n", part, 100*(1-1/c.CI95High), c.Metric)
 	}
 	fmt.Fprintf(w, "the run: %s\n", out)
+}
+
+// runTraceCost measures what --trace hops costs: copy 1 traced, copy 2 not, both accounted.
+func runTraceCost(cmd *cobra.Command, n *noiseFlags) error {
+	if !cmd.Flags().Changed("noise-case") {
+		n.caseID = "p2p/calico/intra/tcp"
+	}
+	c, sum, out, err := n.copies(cmd, "trace-cost", runner.Settings{Trace: cluster.TraceHops, UntracedCopies: true})
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	for _, r := range sum.Results {
+		if a := r.Accounting; r.Case.Copy <= 1 && a != nil {
+			fmt.Fprintf(w, "traced: %.0f sampled TCP segments per trial, %d pairs of points\n", a.Traced, len(a.Latency))
+			for _, note := range a.Notes {
+				fmt.Fprintf(w, "note: %s\n", note)
+			}
+		}
+	}
+	n.printCost(w, c, "traced", "tracing", out)
 	return nil
 }
 
@@ -170,4 +199,11 @@ func runNoise(cmd *cobra.Command, n *noiseFlags) error {
 	}
 	fmt.Fprintf(w, "recorded in %s (every run's environment carries it as noise_floor); the run: %s\n", NoiseFile, out)
 	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -72,6 +72,7 @@ type settingsFlags struct {
 	maxReruns, maxRepeat int
 	timeBudget           time.Duration
 	noAccount            bool
+	trace                string
 }
 
 func (sf *settingsFlags) register(f *pflag.FlagSet) {
@@ -83,6 +84,7 @@ func (sf *settingsFlags) register(f *pflag.FlagSet) {
 	f.IntVar(&sf.maxRepeat, "max-repeat", 0, "with --ci-target: most trials per case (default 4 x repeat)")
 	f.DurationVar(&sf.timeBudget, "time-budget", 0, "with --ci-target: stop adding rounds after this much time (e.g. 45m; default: no bound)")
 	f.BoolVar(&sf.noAccount, "no-account", false, "do not account each trial per CPU, role and hop (what limited a case goes unsaid; its cost: cnibench doctor --account-cost)")
+	f.StringVar(&sf.trace, "trace", "", "hops: add per-hop latency to each trial's accounting (lab: eBPF stamps a sample of TCP segments at every device hook of the path; its cost: cnibench doctor --trace-cost)")
 }
 
 // settings returns the settings the flags give over base; changing order or seed of a
@@ -116,6 +118,9 @@ func (sf *settingsFlags) settings(cmd *cobra.Command, base runner.Settings, resu
 	}
 	if !resume || ch("no-account") {
 		s.NoAccount = sf.noAccount
+	}
+	if !resume || ch("trace") {
+		s.Trace = sf.trace
 	}
 	if (ch("max-repeat") || ch("time-budget")) && s.CITargetPct == 0 {
 		return s, usagef("--max-repeat and --time-budget bound the rounds --ci-target adds: give --ci-target too")

@@ -23,6 +23,11 @@ type Trial struct {
 	Roles   []Role   `json:"roles,omitempty"`
 	Hops    []Hop    `json:"hops,omitempty"`
 	Kernel  []Kernel `json:"kernel,omitempty"`
+	// Latency is the time sampled TCP segments took from each point of the path to the next
+	// (--trace hops; none when the trial was not traced).
+	Latency []HopLatency `json:"latency,omitempty"`
+	// Traced is how many sampled segments were stamped at two points or more.
+	Traced float64 `json:"traced_segments,omitempty"`
 	// Trials is how many trials a case's figures are the mean of (0 in a trial's own record).
 	Trials int `json:"trials,omitempty"`
 	// SamplerS is how long the accounting's own sampler worked during the window (the wall
@@ -115,6 +120,36 @@ func (h Hop) Drops() float64 {
 	return h.RxDropped + h.RxErrors + h.TxDropped + h.TxErrors + h.QdiscDrops
 }
 
+// HopLatency is the time sampled TCP segments took from one point of the path to the next: a
+// point is a device's ingress or egress hook ("client eth0 egress"), and the next point is the
+// one that stamped the same segment next. Segments are grouped by the point they were first
+// stamped at (Start: the client's data one way, the server's acknowledgements the other).
+type HopLatency struct {
+	Start string `json:"start"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+	// Packets is how many sampled segments went from From to To next.
+	Packets float64 `json:"packets"`
+	P50US   float64 `json:"p50_us"`
+	P99US   float64 `json:"p99_us"`
+	MeanUS  float64 `json:"mean_us"`
+	// AtUS is the mean time from the segments' first stamp (at Start) to their stamp at From:
+	// where along the way the hop is.
+	AtUS float64 `json:"at_us"`
+}
+
+// figures are a hop latency's figures, for arithmetic on all of them (Merge).
+func (l *HopLatency) figures() []*float64 {
+	return []*float64{&l.Packets, &l.P50US, &l.P99US, &l.MeanUS, &l.AtUS}
+}
+
+// SortLatency orders hop latencies by their start, then along the way.
+func SortLatency(ls []HopLatency) {
+	slices.SortStableFunc(ls, func(a, b HopLatency) int {
+		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.AtUS, b.AtUS), cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To))
+	})
+}
+
 // Kernel is the kernel counters of one namespace that moved during the window (nstat names:
 // TcpRetransSegs, UdpRcvbufErrors, TcpExtTCPBacklogDrop, ...).
 type Kernel struct {
@@ -123,8 +158,8 @@ type Kernel struct {
 }
 
 // Merge is the mean of trials' accounting, figure by figure: a CPU, role, hop or counter
-// missing from a trial counts as zero there (it did nothing the trial could see). Notes are
-// kept once each.
+// missing from a trial counts as zero there (it did nothing the trial could see), except a hop
+// latency: its percentiles are the mean over the trials that saw it. Notes are kept once each.
 func Merge(trials []*Trial) *Trial {
 	var ts []*Trial
 	for _, t := range trials {
@@ -141,13 +176,25 @@ func Merge(trials []*Trial) *Trial {
 	cpus := map[string]map[int]*CPU{}
 	roles := map[string]*Role{}
 	ranOn := map[string]map[int]float64{}
-	hops := map[[2]string]*Hop{}
+	hops := map[[3]string]*Hop{}
 	kern := map[string]map[string]float64{}
+	lats := map[[3]string]*HopLatency{}
+	latN := map[[3]string]float64{}
 	var hostOrder, roleOrder, kernOrder []string
-	var hopOrder [][2]string
+	var hopOrder, latOrder [][3]string
 	for _, t := range ts {
 		out.WindowS += t.WindowS / n
 		out.SamplerS += t.SamplerS / n
+		out.Traced += t.Traced / n
+		for _, l := range t.Latency {
+			k := [3]string{l.Start, l.From, l.To}
+			if lats[k] == nil {
+				lats[k] = &HopLatency{Start: l.Start, From: l.From, To: l.To}
+				latOrder = append(latOrder, k)
+			}
+			addScaled(lats[k].figures(), l.figures(), 1)
+			latN[k]++
+		}
 		for _, h := range t.Hosts {
 			if hosts[h.Name] == nil {
 				hosts[h.Name], cpus[h.Name] = &Host{Name: h.Name}, map[int]*CPU{}
@@ -183,7 +230,7 @@ func Merge(trials []*Trial) *Trial {
 			}
 		}
 		for _, h := range t.Hops {
-			k := [2]string{h.Where, h.Dev}
+			k := [3]string{h.Where, h.Dev}
 			m := hops[k]
 			if m == nil {
 				m = &Hop{Where: h.Where, Dev: h.Dev, Kind: h.Kind, Order: h.Order}
@@ -224,6 +271,15 @@ func Merge(trials []*Trial) *Trial {
 		out.Hops = append(out.Hops, *hops[k])
 	}
 	SortHops(out.Hops)
+	for _, k := range latOrder {
+		l := lats[k]
+		for _, f := range l.figures() {
+			*f /= latN[k]
+		}
+		l.Packets *= latN[k] / n // packets: a trial that did not see the hop saw none
+		out.Latency = append(out.Latency, *l)
+	}
+	SortLatency(out.Latency)
 	for _, w := range kernOrder {
 		out.Kernel = append(out.Kernel, Kernel{Where: w, Counters: kern[w]})
 	}

@@ -190,6 +190,16 @@ func TestMergeMeans(t *testing.T) {
 	if m.Kernel[0].Counters["TcpRetransSegs"] != 4 || len(m.Notes) != 1 {
 		t.Errorf("kernel %+v notes %v", m.Kernel, m.Notes)
 	}
+	// Hop latencies: the mean over the trials that saw a step; its packets count as none
+	// where a trial did not.
+	l1 := &Trial{Traced: 100, Latency: []HopLatency{{Start: "c", From: "c", To: "s", Packets: 100, P50US: 10, P99US: 30, AtUS: 0}}}
+	l2 := &Trial{Traced: 50, Latency: []HopLatency{{Start: "c", From: "c", To: "s", Packets: 50, P50US: 20, P99US: 50},
+		{Start: "s", From: "s", To: "c", Packets: 40, P50US: 5, P99US: 7}}}
+	ml := Merge([]*Trial{l1, l2})
+	if ml.Traced != 75 || len(ml.Latency) != 2 || ml.Latency[0].P50US != 15 || ml.Latency[0].P99US != 40 || ml.Latency[0].Packets != 75 ||
+		ml.Latency[1].P50US != 5 || ml.Latency[1].Packets != 20 {
+		t.Errorf("merged latency %+v (traced %v)", ml.Latency, ml.Traced)
+	}
 	if Merge(nil) != nil || Merge([]*Trial{nil}) != nil {
 		t.Error("Merge of nothing is not nil")
 	}
@@ -217,6 +227,16 @@ func TestJudge(t *testing.T) {
 		{name: "steal",
 			a:    &Trial{Hosts: []Host{{Name: "host", CPUs: []CPU{{CPU: 0, UserPct: 20, StealPct: 25, IdlePct: 55}}}}},
 			want: []string{"steal 25 % on CPU 0"}},
+		{name: "a saturated CPU the hypervisor took a share of",
+			a:        &Trial{Hosts: []Host{{Name: "host", CPUs: []CPU{{CPU: 1, UserPct: 78, SystemPct: 3, StealPct: 19}}}}},
+			want:     []string{"CPU 1 at 81 %", "and 19 % stolen by the hypervisor"},
+			findings: []string{"steal 19 % on CPU 1"}},
+		{name: "traced: the slowest step",
+			a: &Trial{Hosts: []Host{{Name: "host", CPUs: []CPU{busy(0, 5, 20, 10)}}}, Latency: []HopLatency{
+				{Start: "client eth0 egress", From: "client eth0 egress", To: "node0 veth1 ingress", P50US: 10, MeanUS: 4000, P99US: 9000},
+				{Start: "client eth0 egress", From: "node0 veth1 ingress", To: "server eth0 ingress", P50US: 20, MeanUS: 20, P99US: 40}}},
+			want:     []string{"no CPU saturated"},
+			findings: []string{"traced from client eth0 egress: most time from client eth0 egress to node0 veth1 ingress, mean 4000.0 us of 4020.0 us over all 2 steps (P50 10.0 us, P99 9000.0 us)"}},
 		{name: "round trips",
 			a:    &Trial{Hosts: []Host{{Name: "host", CPUs: []CPU{busy(0, 5, 20, 10), busy(1, 5, 10, 5)}}}},
 			want: []string{"no CPU saturated", "CPU 0 at 35 %"}},

@@ -16,8 +16,9 @@ type Verdict struct {
 
 // Thresholds of the verdict.
 const (
-	// SaturatedPct is the busy share at which a CPU is the bottleneck; below WaitingPct on
-	// every CPU a case waited more than it worked.
+	// SaturatedPct is the share of a CPU, busy or stolen by the hypervisor (what left it no
+	// idle time), at which it is the bottleneck; below WaitingPct busy on every CPU a case
+	// waited more than it worked.
 	SaturatedPct = 85
 	WaitingPct   = 60
 	// StealPct is the steal share worth a finding (and the bottleneck when no CPU saturated).
@@ -55,7 +56,8 @@ var retransCounters = []struct{ name, says string }{
 }
 
 // Judge gives the verdict of an accounting (a case's mean over its trials, or one trial's).
-// The bottleneck is, in this order: the CPUs at SaturatedPct or more; else dropped packets;
+// The bottleneck is, in this order: the CPUs at SaturatedPct or more (busy or stolen: no idle
+// time left); else dropped packets;
 // else steal; else "no CPU saturated", naming the busiest one (a request/response case waits
 // on round trips, not on a CPU).
 func Judge(a *Trial) Verdict {
@@ -85,7 +87,7 @@ func Judge(a *Trial) Verdict {
 	}
 	var saturated []string
 	for _, x := range all {
-		if x.cpu.BusyPct() >= SaturatedPct {
+		if x.cpu.BusyPct()+x.cpu.StealPct >= SaturatedPct {
 			saturated = append(saturated, name(x)+" "+a.describeCPU(x.cpu))
 		}
 	}
@@ -147,7 +149,37 @@ func Judge(a *Trial) Verdict {
 		}
 	}
 	v.Findings = append(v.Findings, retrans...)
+	v.Findings = append(v.Findings, a.slowestHops()...)
 	return v
+}
+
+// slowestHops says, per start of the traced segments (--trace hops), which step between two
+// points took the most of the way, by their means (means add up along the way, percentiles do
+// not: a step with a low P50 and a long tail can add the most).
+func (a *Trial) slowestHops() []string {
+	var out []string
+	byStart := map[string][]HopLatency{}
+	var starts []string
+	for _, l := range a.Latency {
+		if byStart[l.Start] == nil {
+			starts = append(starts, l.Start)
+		}
+		byStart[l.Start] = append(byStart[l.Start], l)
+	}
+	for _, s := range starts {
+		ls := byStart[s]
+		total := 0.0
+		for _, l := range ls {
+			total += l.MeanUS
+		}
+		m := slices.MaxFunc(ls, func(p, q HopLatency) int { return cmp.Compare(p.MeanUS, q.MeanUS) })
+		if total <= 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("traced from %s: most time from %s to %s, mean %.1f us of %.1f us over all %d steps (P50 %.1f us, P99 %.1f us)",
+			s, m.From, m.To, m.MeanUS, total, len(ls), m.P50US, m.P99US))
+	}
+	return out
 }
 
 // outside is the share of a CPU's user and system time that the trial's roles did not use
@@ -184,6 +216,9 @@ func (a *Trial) describeCPU(c CPU) string {
 	}
 	if len(what) > 0 {
 		parts = append(parts, "("+strings.Join(what, ", ")+")")
+	}
+	if c.StealPct >= 1 {
+		parts = append(parts, fmt.Sprintf("and %.0f %% stolen by the hypervisor", c.StealPct))
 	}
 	rs := a.rolesOn(c.CPU)
 	if o := a.outside(c); o >= OutsidePct {

@@ -345,10 +345,16 @@ type Accounter interface {
 }
 
 // AccountPath names a trial's client and server pods ("" when a trial has none), so the
-// accounting can order the hops between them.
+// accounting can order the hops between them; Trace asks for per-hop latency too (TraceHops;
+// a backend that cannot trace says why in the accounting's notes).
 type AccountPath struct {
 	Client, Server string
+	Trace          string
 }
+
+// TraceHops asks an accounting window for per-hop latency: the time sampled TCP segments take
+// from each device hook of the path to the next (run --trace hops).
+const TraceHops = "hops"
 
 // AccountWindow is an open accounting window.
 type AccountWindow interface {

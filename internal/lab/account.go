@@ -15,6 +15,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/account"
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/hoptrace"
 	"github.com/cnibench/cnibench/internal/netns"
 )
 
@@ -134,6 +135,8 @@ type devReading struct {
 	kind   string
 	st     netlink.LinkStatistics64
 	qdrops uint64
+	l2     bool // its frames start with an Ethernet header
+	vxlan  int  // a VXLAN device's UDP port (0: not one)
 }
 
 // nsReading is what a namespace's devices and kernel counters said at one edge.
@@ -171,7 +174,11 @@ func readNS(name string) nsReading {
 		if a.Name == "lo" || a.Statistics == nil {
 			continue
 		}
-		r.devs[a.Name] = devReading{kind: lk.Type(), st: *(*netlink.LinkStatistics64)(a.Statistics), qdrops: qdrops[a.Index]}
+		d := devReading{kind: lk.Type(), st: *(*netlink.LinkStatistics64)(a.Statistics), qdrops: qdrops[a.Index], l2: a.EncapType == "ether"}
+		if vx, ok := lk.(*netlink.Vxlan); ok {
+			d.vxlan = vx.Port
+		}
+		r.devs[a.Name] = d
 	}
 	r.err = netns.Do(name, func() error {
 		snmp, err := os.ReadFile("/proc/thread-self/net/snmp")
@@ -271,6 +278,11 @@ type acctWindow struct {
 	// the scope that are new since (a server's forked children: netserver forks one per test).
 	listed map[int]bool
 
+	// tracer stamps the path's TCP segments (AccountPath.Trace); traceNote says why a window
+	// asked to trace does not.
+	tracer    *hoptrace.Tracer
+	traceNote string
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	stopped  chan struct{}
@@ -299,6 +311,9 @@ func (l *Lab) Account(ctx context.Context, path cluster.AccountPath) (cluster.Ac
 	l.windows[w] = true
 	l.acctMu.Unlock()
 	w.ns0 = w.readAll()
+	if path.Trace == cluster.TraceHops {
+		w.startTrace()
+	}
 	procs0, listed := scanProcs(w.inos, nil)
 	if t, ok := selfTimes(w.selfIdx); ok {
 		procs0[os.Getpid()] = t
@@ -313,12 +328,68 @@ func (l *Lab) Account(ctx context.Context, path cluster.AccountPath) (cluster.Ac
 	var err error
 	if w.host0, err = account.ReadHost("/proc"); err != nil {
 		w.end()
+		w.stopTrace()
 		return nil, err
 	}
 	w.began = time.Now()
 	w.look(true)
 	go w.sample()
 	return w, ctx.Err()
+}
+
+// startTrace attaches a hop tracer to both hooks of every device of the path's namespaces
+// (the client's, its network functions', the nodes', the fabric's, the server's: what the
+// scope orders before orderOther), looking into the VXLAN ports of the devices there. A tracer
+// that cannot start leaves a note and the window untraced.
+func (w *acctWindow) startTrace() {
+	if err := hoptrace.Usable(); err != nil {
+		w.traceNote = fmt.Sprintf("not traced: %v", err)
+		return
+	}
+	var points []hoptrace.Point
+	var ports []uint16
+	for i, s := range w.scope {
+		if s.kind == "self" || s.order >= orderOther || w.ns0[i].err != nil {
+			continue
+		}
+		for _, dev := range slices.Sorted(maps.Keys(w.ns0[i].devs)) {
+			d := w.ns0[i].devs[dev]
+			for _, in := range []bool{false, true} {
+				points = append(points, hoptrace.Point{NS: s.name, Where: s.where, Dev: dev, Ingress: in, L2: d.l2})
+			}
+			if p := uint16(d.vxlan); p != 0 && !slices.Contains(ports, p) {
+				ports = append(ports, p)
+			}
+		}
+	}
+	if len(ports) > 2 {
+		w.traceNote = fmt.Sprintf("not traced: VXLAN devices on %d ports %v (the tracer looks into 2)", len(ports), ports)
+		return
+	}
+	t, err := hoptrace.Start(points, hoptrace.Options{TunnelPorts: ports})
+	if err != nil {
+		w.traceNote = fmt.Sprintf("not traced: %v", err)
+		return
+	}
+	w.tracer = t
+}
+
+// stopTrace detaches the tracer and returns what it stamped, or a note.
+func (w *acctWindow) stopTrace() (lat []account.HopLatency, traced int, note string) {
+	if w.tracer == nil {
+		return nil, 0, w.traceNote
+	}
+	t := w.tracer
+	w.tracer = nil
+	stamps, err := t.Stop()
+	if err != nil {
+		return nil, 0, fmt.Sprintf("not traced: %v", err)
+	}
+	lat, traced = hoptrace.Latency(t.Points(), stamps)
+	if traced == 0 {
+		note = "traced, but no TCP segment of the trial was stamped at two points (the tracer follows TCP only)"
+	}
+	return lat, traced, note
 }
 
 // readAll reads every namespace of the scope, at once (the edges should be short).
@@ -470,6 +541,7 @@ func (w *acctWindow) end() {
 func (w *acctWindow) Close(ctx context.Context) (*account.Trial, error) {
 	w.end()
 	<-w.stopped
+	lat, traced, traceNote := w.stopTrace()
 	host1, err := account.ReadHost("/proc")
 	if err != nil {
 		return nil, err
@@ -480,7 +552,11 @@ func (w *acctWindow) Close(ctx context.Context) (*account.Trial, error) {
 		procs1[os.Getpid()] = t
 	}
 	ns1 := w.readAll()
-	a := &account.Trial{WindowS: window, Hosts: []account.Host{account.HostDelta("host", w.host0, host1, slices.Clone(w.cpus))}}
+	a := &account.Trial{WindowS: window, Hosts: []account.Host{account.HostDelta("host", w.host0, host1, slices.Clone(w.cpus))},
+		Latency: lat, Traced: float64(traced)}
+	if traceNote != "" {
+		a.Notes = append(a.Notes, traceNote)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	a.SamplerS = w.busy.Seconds()

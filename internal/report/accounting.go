@@ -109,6 +109,15 @@ func (p *page) accounting(id string, s result.Summary) {
 				p.f(`<p class="note">%d other devices carried under 1 %% of the path's packets each (neighbour probes, ARP): not shown.</p>`, off)
 			}
 		}
+		if len(a.Latency) > 0 {
+			p.f(`<table class="latency" data-case="%s"><thead><tr><th>segments from</th><th>from</th><th>to</th><th>sampled segments</th><th>P50 µs</th><th>P99 µs</th><th>mean µs</th><th>at µs</th></tr></thead><tbody>`, esc(r.Case.ID))
+			for _, l := range a.Latency {
+				p.f(`<tr><td>%s</td><td>%s</td><td>%s</td><td data-v="%g">%s</td><td data-v="%g">%.1f</td><td data-v="%g">%.1f</td><td data-v="%g">%.1f</td><td data-v="%g">%.1f</td></tr>`,
+					esc(l.Start), esc(l.From), esc(l.To), l.Packets, num(l.Packets), l.P50US, l.P50US, l.P99US, l.P99US, l.MeanUS, l.MeanUS, l.AtUS, l.AtUS)
+			}
+			p.s(`</tbody></table>`)
+			p.f(`<p class="note">--trace hops: %s TCP segments per trial sampled and stamped at each device hook they passed (tc, at egress before the qdisc); a row is the time from one hook to the next that stamped the same segment, "at" how far along the way from its first stamp.</p>`, num(a.Traced))
+		}
 		for _, k := range a.Kernel {
 			var parts []string
 			for _, name := range account.KernelCounters {

@@ -61,6 +61,11 @@ type Settings struct {
 	// --account-cost pairs a case accounted with the same case unaccounted).
 	NoAccount         bool `json:"no_account,omitempty"`
 	UnaccountedCopies bool `json:"unaccounted_copies,omitempty"`
+	// Trace adds per-hop latency to each trial's accounting (cluster.TraceHops; "": none);
+	// UntracedCopies leaves the second and later copies of a case untraced (doctor
+	// --trace-cost pairs a case traced with the same case untraced).
+	Trace          string `json:"trace,omitempty"`
+	UntracedCopies bool   `json:"untraced_copies,omitempty"`
 }
 
 // DefaultMaxSteal is the steal share (%) above which a trial is disturbed.
@@ -84,8 +89,20 @@ func (s Settings) Check() error {
 		return fmt.Errorf("--time-budget: negative")
 	case s.MaxReruns > 1000:
 		return fmt.Errorf("--max-reruns: %d out of range (up to 1000; negative: never re-run)", s.MaxReruns)
+	case s.Trace != "" && s.Trace != cluster.TraceHops:
+		return fmt.Errorf("--trace: unknown trace %q (valid: %s)", s.Trace, cluster.TraceHops)
+	case s.Trace != "" && s.NoAccount:
+		return fmt.Errorf("--trace %s adds to each trial's accounting: drop --no-account", s.Trace)
 	}
 	return nil
+}
+
+// traceOf is the trace a case's trials ask for.
+func (s Settings) traceOf(c result.Case) string {
+	if s.UntracedCopies && c.Copy > 1 {
+		return ""
+	}
+	return s.Trace
 }
 
 func (s Settings) withDefaults() Settings {
@@ -560,7 +577,8 @@ func (r *run) setup(ctx context.Context, c *caseState, name string) error {
 			return err
 		}
 		c.fx, err = sc.Setup(ctx, s.cl, c.cs.Case, scenario.Options{CPUs: c.cs.CPUs, Name: name,
-			NoAccount: r.set.NoAccount || (r.set.UnaccountedCopies && c.cs.Case.Copy > 1)})
+			NoAccount: r.set.NoAccount || (r.set.UnaccountedCopies && c.cs.Case.Copy > 1),
+			Trace:     r.set.traceOf(c.cs.Case)})
 	}
 	if err == nil || ctx.Err() != nil {
 		return nil

@@ -21,8 +21,8 @@ type trialFrame struct {
 	// serverName is the pod the client measures to ("" when there is none, or several): with
 	// the client it orders the hops of the trial's accounting.
 	serverName string
-	// account asks the backend to account each trial (Options.NoAccount off).
-	account bool
+	// account is what the fixture asks of each trial's accounting (Options).
+	account accountAsk
 	// setup are figures of the case's setup (time to program Services and policies, rule and
 	// set counts from cl.Programmed), added to every trial's metrics: they are conditions of
 	// each trial, and the summary then shows them beside the measurements.
@@ -33,7 +33,7 @@ type trialFrame struct {
 
 // newFrame is the frame of a fixture whose trials run on client (zero: set later).
 func newFrame(cl cluster.Cluster, opt Options, client cluster.Pod) trialFrame {
-	return trialFrame{cl: cl, client: client, clientCPU: opt.CPUs[0], account: !opt.NoAccount}
+	return trialFrame{cl: cl, client: client, clientCPU: opt.CPUs[0], account: askOf(opt)}
 }
 
 // open opens the window of a trial run from the frame's client.

@@ -22,7 +22,17 @@ type Options struct {
 	// NoAccount turns the backend's per-CPU, per-role and per-hop accounting of each trial
 	// off (cluster.Accounter); the node's busy, softirq and steal shares are kept.
 	NoAccount bool
+	// Trace asks the accounting for per-hop latency too (cluster.TraceHops; "": none).
+	Trace string
 }
+
+// accountAsk is what a fixture asks of each trial's accounting.
+type accountAsk struct {
+	on    bool   // account (Options.NoAccount off)
+	trace string // cluster.AccountPath.Trace
+}
+
+func askOf(opt Options) accountAsk { return accountAsk{on: !opt.NoAccount, trace: opt.Trace} }
 
 // Measurement is one trial's outcome.
 type Measurement struct {

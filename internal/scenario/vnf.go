@@ -204,7 +204,7 @@ type vnfFixture struct {
 	c         result.Case
 	self      string
 	gen, recv cluster.Pod
-	account   bool // account each trial (Options.NoAccount off)
+	account   accountAsk // what each trial's accounting is asked (Options)
 	vip       string
 	genCPU    *int // where the generator and the receiver are pinned (nil: not pinned)
 	recvCPU   *int
@@ -260,7 +260,7 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 		return nil, cluster.Unsupported("placement %s needs 2 nodes, cluster has %d", c.Placement, len(nodes))
 	}
 	n := max(c.Replicas, 1)
-	f := &vnfFixture{cl: cl, c: c, self: self, last: map[trialKey]pktOutcome{}, account: !opt.NoAccount}
+	f := &vnfFixture{cl: cl, c: c, self: self, last: map[trialKey]pktOutcome{}, account: askOf(opt)}
 	defer func() {
 		if err != nil {
 			_ = f.Close(context.WithoutCancel(ctx))

@@ -22,12 +22,13 @@ type window struct {
 	closed  bool
 }
 
-// openWindow opens a window on node's CPU; account asks for the backend's accounting, with
-// the trial's client and server pods (either may be "") to order the path between them.
-func openWindow(ctx context.Context, cl cluster.Cluster, node string, account bool, client, server string) *window {
+// openWindow opens a window on node's CPU; ask says whether to ask for the backend's
+// accounting (and its per-hop latency), with the trial's client and server pods (either may be
+// "") to order the path between them.
+func openWindow(ctx context.Context, cl cluster.Cluster, node string, ask accountAsk, client, server string) *window {
 	w := &window{cl: cl, node: node}
-	if a, ok := cl.(cluster.Accounter); ok && account {
-		w.acct, w.acctErr = a.Account(ctx, cluster.AccountPath{Client: client, Server: server})
+	if a, ok := cl.(cluster.Accounter); ok && ask.on {
+		w.acct, w.acctErr = a.Account(ctx, cluster.AccountPath{Client: client, Server: server, Trace: ask.trace})
 	}
 	w.before, w.cpuErr = cl.NodeCPU(ctx, node)
 	return w

@@ -140,10 +140,11 @@ func TestHTMLComparisonInChromium(t *testing.T) {
 }
 
 // TestAccountingInChromium opens the report of a run whose trials were accounted (recorded
-// under testdata/accounted-run: cnibench run --plan plans/ceiling.yaml, the bare baseline,
+// under testdata/accounted-run: cnibench run --plan plans/ceiling.yaml --trace hops --repeat 3
+// --duration 2 --warmup 0 --max-steal=-1, 2026-12-02, the bare baseline,
 // calico and flannel pods, routed and bridged iptables chains) and checks that a p2p and a chain case each show their verdict, one
 // stacked bar per CPU whose parts fill it (they add up to 100 %), and the hop table with a row
-// per device of the path, in path order from the client to the server.
+// per device of the path, in path order from the client to the server, and the traced steps.
 func TestAccountingInChromium(t *testing.T) {
 	run, err := LoadRun("testdata/accounted-run")
 	if err != nil {
@@ -190,6 +191,14 @@ func TestAccountingInChromium(t *testing.T) {
 			t.Errorf("%s: %d hop rows, want %d (the devices of the path)", id, len(rows), len(path))
 		} else if rows[0] != "client" || rows[len(rows)-1] != "server" {
 			t.Errorf("%s: hops from %q to %q, want from the client to the server", id, rows[0], rows[len(rows)-1])
+		}
+		// Traced (--trace hops): a row per step, the client's data reaching the server's eth0.
+		steps, err := pg.Text(`table.latency[data-case="` + id + `"] tbody tr td:nth-child(3)`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(steps) != len(r.Accounting.Latency) || !slices.Contains(steps, "server eth0 ingress") {
+			t.Errorf("%s: latency steps to %q, want the %d of the accounting, one to the server's eth0", id, steps, len(r.Accounting.Latency))
 		}
 		verdict, err := pg.Text(sel + ` .verdict`)
 		if err != nil {

@@ -45,7 +45,7 @@ accounted, the first traced.`,
 			case noise.traceCost:
 				return runTraceCost(cmd, &noise)
 			}
-			for _, f := range []string{"noise-case", "noise-repeat", "noise-duration"} {
+			for _, f := range []string{"noise-case", "noise-repeat", "noise-duration", "max-steal"} {
 				if cmd.Flags().Changed(f) {
 					return usagef("--%s needs --noise, --account-cost or --trace-cost", f)
 				}

@@ -52,6 +52,7 @@ type noiseFlags struct {
 	caseID    string
 	repeat    int
 	duration  int
+	maxSteal  float64
 }
 
 func (n *noiseFlags) register(cmd *cobra.Command) {
@@ -62,6 +63,7 @@ func (n *noiseFlags) register(cmd *cobra.Command) {
 	f.StringVar(&n.caseID, "noise-case", "p2p/flannel/inter/crr", "with --noise, --account-cost or --trace-cost: the case to copy, SCENARIO/DATAPLANE/PLACEMENT/PROTOCOL")
 	f.IntVar(&n.repeat, "noise-repeat", 12, "with --noise, --account-cost or --trace-cost: trials per copy (12, the default of a run)")
 	f.IntVar(&n.duration, "noise-duration", 5, "with --noise, --account-cost or --trace-cost: seconds per trial")
+	f.Float64Var(&n.maxSteal, "max-steal", runner.DefaultMaxSteal, "with --noise, --account-cost or --trace-cost: a trial whose node lost more than this % of its CPU to the hypervisor is disturbed and run again (as run --max-steal; negative: off, for a VM whose steal never drops: the pairs still share their rounds)")
 }
 
 // copies runs the case as two copies in rounds with settings set, and returns the paired
@@ -85,7 +87,10 @@ func (n *noiseFlags) copies(cmd *cobra.Command, name string, set runner.Settings
 		return nil, result.Summary{}, "", err
 	}
 	runID := time.Now().UTC().Format("20060102T150405Z") + "-" + name
-	set.Order, set.Seed = runner.OrderRounds, time.Now().UnixNano()
+	set.Order, set.Seed, set.MaxStealPct = runner.OrderRounds, time.Now().UnixNano(), n.maxSteal
+	if err := set.Check(); err != nil {
+		return nil, result.Summary{}, "", usageError{err.Error()}
+	}
 	sum, out, err := measure(cmd, runBackends{b}, cases, runID, "", set, false)
 	if err != nil {
 		return nil, sum, out, err

@@ -21,8 +21,21 @@ import (
 // accountAround opens an accounting window of the lab, runs fn and returns what it accounted.
 func accountAround(t *testing.T, l *Lab, client, server string, fn func()) *account.Trial {
 	t.Helper()
+	return accountPath(t, l, cluster.AccountPath{Client: client, Server: server}, fn)
+}
+
+// accountTraced is accountAround with --trace hops.
+func accountTraced(t *testing.T, l *Lab, client, server string, fn func()) *account.Trial {
+	t.Helper()
+	return accountPath(t, l, cluster.AccountPath{Client: client, Server: server, Trace: cluster.TraceHops}, fn)
+}
+
+// accountPath opens an accounting window of the lab for path, runs fn and returns what it
+// accounted.
+func accountPath(t *testing.T, l *Lab, path cluster.AccountPath, fn func()) *account.Trial {
+	t.Helper()
 	ctx := context.Background()
-	w, err := l.Account(ctx, cluster.AccountPath{Client: client, Server: server})
+	w, err := l.Account(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,6 +47,35 @@ func accountAround(t *testing.T, l *Lab, client, server string, fn func()) *acco
 	return a
 }
 
+// acctPathCase is a path the accounting tests measure: intra node on the routed data plane
+// (client -> node -> server), inter node over VXLAN (client -> bridge -> vxlan -> underlay ->
+// fabric -> the other node ...).
+type acctPathCase struct {
+	dataplane, placement string
+	wantWhere            []string // the namespaces the path crosses
+}
+
+var accountPaths = []acctPathCase{
+	{"calico", "intra", []string{"client", "node0", "server"}},
+	{"flannel", "inter", []string{"client", "node0", "fabric", "node1", "server"}},
+}
+
+// up brings the case's lab up with a client pod on node0 and a server pod on the node the
+// placement says.
+func (tc acctPathCase) up(t *testing.T) (*Lab, []cluster.Pod) {
+	t.Helper()
+	l := upLab(t, Config{Dataplane: tc.dataplane})
+	server := "node0"
+	if tc.placement == "inter" {
+		server = "node1"
+	}
+	pods, err := l.CreatePods(context.Background(), []cluster.PodSpec{{Name: "client", Node: "node0"}, {Name: "server", Node: server}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, pods
+}
+
 // TestAccountHopsAddUp sends a known number of packets (200 pings: 200 requests, 200 replies)
 // from a pod to another and checks that every device on the path counted exactly those,
 // whichever way they went, and nothing dropped them: intra node on the routed data plane
@@ -42,25 +84,9 @@ func accountAround(t *testing.T, l *Lab, client, server string, fn func()) *acco
 // the tunnel device counts.
 func TestAccountHopsAddUp(t *testing.T) {
 	const pings, strays = 200, 3
-	for _, tc := range []struct {
-		dataplane, placement string
-		// wantWhere are the namespaces the path must cross.
-		wantWhere []string
-	}{
-		{"calico", "intra", []string{"client", "node0", "server"}},
-		{"flannel", "inter", []string{"client", "node0", "fabric", "node1", "server"}},
-	} {
+	for _, tc := range accountPaths {
 		t.Run(tc.dataplane+"-"+tc.placement, func(t *testing.T) {
-			l := upLab(t, Config{Dataplane: tc.dataplane})
-			ctx := context.Background()
-			server := "node0"
-			if tc.placement == "inter" {
-				server = "node1"
-			}
-			pods, err := l.CreatePods(ctx, []cluster.PodSpec{{Name: "client", Node: "node0"}, {Name: "server", Node: server}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, pods := tc.up(t)
 			// IPv6 off in every namespace (its link-up chatter, router solicitations and
 			// MLD reports, would fall in the window: a fresh vxlan device even drops them,
 			// having no one to send multicast to), neighbours resolved before the window: it
@@ -231,22 +257,6 @@ func TestAccountVerdictNamesBottleneck(t *testing.T) {
 	})
 }
 
-// accountTraced is accountAround with --trace hops.
-func accountTraced(t *testing.T, l *Lab, client, server string, fn func()) *account.Trial {
-	t.Helper()
-	ctx := context.Background()
-	w, err := l.Account(ctx, cluster.AccountPath{Client: client, Server: server, Trace: cluster.TraceHops})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fn()
-	a, err := w.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
 // TestAccountTraceHops traces a TCP stream from pod to pod (--trace hops): the sampled
 // segments are stamped along the whole path, the client's data from its eth0 to the server's
 // eth0 and the server's acknowledgements back, over VXLAN too (the tracer looks into the
@@ -254,24 +264,10 @@ func accountTraced(t *testing.T, l *Lab, client, server string, fn func()) *acco
 // negative; a token bucket on the client's eth0 (20 Mbit/s) makes the step from there to the
 // node the slowest by far, and the verdict names it; the tracer leaves nothing attached.
 func TestAccountTraceHops(t *testing.T) {
-	for _, tc := range []struct {
-		dataplane, placement string
-		wantWhere            []string // namespaces the data must be stamped in
-	}{
-		{"calico", "intra", []string{"client", "node0", "server"}},
-		{"flannel", "inter", []string{"client", "node0", "fabric", "node1", "server"}},
-	} {
+	for _, tc := range accountPaths {
 		t.Run(tc.dataplane+"-"+tc.placement, func(t *testing.T) {
-			l := upLab(t, Config{Dataplane: tc.dataplane})
+			l, pods := tc.up(t)
 			ctx := context.Background()
-			server := "node0"
-			if tc.placement == "inter" {
-				server = "node1"
-			}
-			pods, err := l.CreatePods(ctx, []cluster.PodSpec{{Name: "client", Node: "node0"}, {Name: "server", Node: server}})
-			if err != nil {
-				t.Fatal(err)
-			}
 			srv, err := l.Start(ctx, "server", []string{"iperf3", "-s", "-p", "5201"}, cluster.Ready{TCPPort: 5201})
 			if err != nil {
 				t.Fatal(err)

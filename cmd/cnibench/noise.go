@@ -76,6 +76,9 @@ func (n *noiseFlags) copies(cmd *cobra.Command, name string, set runner.Settings
 	if n.repeat < 3 || n.repeat > 1000 || n.duration < 1 || n.duration > 3600 {
 		return nil, result.Summary{}, "", usagef("--noise-repeat 3..1000 and --noise-duration 1..3600 (got %d and %d)", n.repeat, n.duration)
 	}
+	if err := (runner.Settings{MaxStealPct: n.maxSteal}).Check(); err != nil {
+		return nil, result.Summary{}, "", usageError{err.Error()}
+	}
 	cases, err := n.cases(b)
 	if err != nil {
 		return nil, result.Summary{}, "", err
@@ -88,9 +91,6 @@ func (n *noiseFlags) copies(cmd *cobra.Command, name string, set runner.Settings
 	}
 	runID := time.Now().UTC().Format("20060102T150405Z") + "-" + name
 	set.Order, set.Seed, set.MaxStealPct = runner.OrderRounds, time.Now().UnixNano(), n.maxSteal
-	if err := set.Check(); err != nil {
-		return nil, result.Summary{}, "", usageError{err.Error()}
-	}
 	sum, out, err := measure(cmd, runBackends{b}, cases, runID, "", set, false)
 	if err != nil {
 		return nil, sum, out, err

@@ -20,11 +20,11 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/cnibench/cnibench/internal/account"
 	"github.com/cnibench/cnibench/internal/netns"
+	"github.com/cnibench/cnibench/internal/nf"
 )
 
 // DefaultSampleBits samples 1 segment in 64.
@@ -62,13 +62,9 @@ type Tracer struct {
 	links  []link.Link
 }
 
-// Usable says why this kernel cannot trace hops (nil: it can): tc programs and tcx links.
-func Usable() error {
-	if err := features.HaveProgramType(ebpf.SchedCLS); err != nil {
-		return fmt.Errorf("the kernel cannot load tc BPF programs: %w (needs root, or CAP_BPF and CAP_NET_ADMIN)", err)
-	}
-	return nil
-}
+// Usable says why this kernel cannot trace hops (nil: it can): the tracer is a tc program on
+// tcx links, as the eBPF network functions are.
+func Usable() error { return nf.HaveTCX() }
 
 // Start attaches a copy of the program to every point, first in its hook. A point whose device
 // is gone is an error (the trace would miss it); on any error nothing stays attached.

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/cnibench/cnibench/internal/stats"
 )
 
 // The "http" protocol (seed 001 §5.2.2, Table 5.6): every server replica runs nginx serving a
@@ -379,9 +381,9 @@ func HTTPStats(fetches []Fetch) (Metrics, map[string]int) {
 	sort.Float64s(sorted)
 	m["ttfb_mean_ms"] = sumTTFB / float64(n)
 	m["ttfb_min_ms"] = sorted[0]
-	m["ttfb_p50_ms"] = percentile(sorted, 50)
-	m["ttfb_p90_ms"] = percentile(sorted, 90)
-	m["ttfb_p99_ms"] = percentile(sorted, 99)
+	m["ttfb_p50_ms"] = stats.NearestRank(sorted, 50)
+	m["ttfb_p90_ms"] = stats.NearestRank(sorted, 90)
+	m["ttfb_p99_ms"] = stats.NearestRank(sorted, 99)
 	m["ttfb_max_ms"] = sorted[n-1]
 	m["connect_mean_ms"] = sumConnect / float64(n)
 	m["transfer_bps"] = sumRate / float64(n)
@@ -403,11 +405,4 @@ func centralMean(xs []float64) float64 {
 		sum += x
 	}
 	return sum / float64(len(s))
-}
-
-// percentile is the nearest-rank p-th percentile of sorted (ascending, non-empty): the
-// smallest value with at least p % of the samples at or below it.
-func percentile(sorted []float64, p float64) float64 {
-	k := int(math.Ceil(p / 100 * float64(len(sorted))))
-	return sorted[min(max(k, 1), len(sorted))-1]
 }

@@ -16,7 +16,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -25,6 +24,7 @@ import (
 	"github.com/cnibench/cnibench/internal/account"
 	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/nf"
+	"github.com/cnibench/cnibench/internal/stats"
 )
 
 // DefaultSampleBits samples 1 segment in 64.
@@ -231,16 +231,10 @@ func Latency(points []Point, stamps []Stamp) ([]account.HopLatency, int) {
 		}
 		n := float64(len(ds))
 		out = append(out, account.HopLatency{Start: points[p.start].Name(), From: points[p.from].Name(), To: points[p.to].Name(),
-			Packets: n, P50US: nearestRank(ds, 50), P99US: nearestRank(ds, 99), MeanUS: sum / n, AtUS: at[p] / n})
+			Packets: n, P50US: stats.NearestRank(ds, 50), P99US: stats.NearestRank(ds, 99), MeanUS: sum / n, AtUS: at[p] / n})
 	}
 	account.SortLatency(out)
 	return out, traced
-}
-
-// nearestRank is the p-th percentile of sorted xs by nearest rank.
-func nearestRank(xs []float64, p float64) float64 {
-	i := int(math.Ceil(p/100*float64(len(xs)))) - 1
-	return xs[max(0, min(i, len(xs)-1))]
 }
 
 func b2u8(b bool) uint8 {

@@ -16,6 +16,7 @@ import (
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/driver"
 	"github.com/cnibench/cnibench/internal/result"
+	"github.com/cnibench/cnibench/internal/stats"
 )
 
 // reaction: how fast the data plane follows a change of a Service's endpoints (seed 003 Fig. 5).
@@ -674,8 +675,7 @@ func mean(xs []float64) float64 {
 func nearestRank(xs []float64, p float64) float64 {
 	s := slices.Clone(xs)
 	sort.Float64s(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(i, 0)]
+	return stats.NearestRank(s, p)
 }
 
 // keepAround keeps the probes that tell a step's story: keepProbes on each side of its call

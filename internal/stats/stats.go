@@ -128,3 +128,10 @@ func median(sorted []float64) float64 {
 	}
 	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
+
+// NearestRank is the nearest-rank p-th percentile of sorted (ascending, non-empty): the
+// smallest value with at least p % of the samples at or below it.
+func NearestRank(sorted []float64, p float64) float64 {
+	k := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(k, 1), len(sorted))-1]
+}

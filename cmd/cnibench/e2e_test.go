@@ -723,6 +723,8 @@ func TestBadInput(t *testing.T) {
 		{"two doctor measurements", []string{"doctor", "--noise", "--trace-cost"}, "--noise, --account-cost and --trace-cost: give one of them"},
 		{"doctor steal check alone", []string{"doctor", "--max-steal", "3"}, "--max-steal needs --noise, --account-cost or --trace-cost"},
 		{"doctor steal above all", []string{"doctor", "--trace-cost", "--max-steal", "120"}, "--max-steal: 120% is more than all of the CPU"},
+		{"amplify without account-cost", []string{"doctor", "--trace-cost", "--account-amplify", "8"}, "--account-amplify needs --account-cost"},
+		{"amplify out of range", []string{"doctor", "--account-cost", "--account-amplify", "1000"}, "--account-amplify 1000: give 1..250"},
 		{"lab down bad prefix", []string{"lab", "down", "--prefix", "BAD"}, `invalid prefix "BAD"`},
 		{"lab down no prefix", []string{"lab", "down"}, `invalid prefix ""`},
 		{"resume nonexistent", []string{"run", "--resume", "/nonexistent"}, "/nonexistent is not a cnibench run directory"},

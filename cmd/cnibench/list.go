@@ -31,13 +31,17 @@ difference two cases can show here at that trial count. The figure is kept in
 
 With --account-cost it measures what accounting each trial costs (per CPU, per role, per hop):
 the case as two copies in rounds, the first accounted and the second not, and prints their
-paired ratio with its interval. --trace-cost does the same for run --trace hops: both copies
-accounted, the first traced.`,
+paired ratio with its interval. A cost below this host's noise cannot be resolved that way:
+--account-amplify K makes the accounted copy's sampler look K times as often, so its cost is K
+times as large, and the bound found is divided back by K. --trace-cost does the same for run
+--trace hops: both copies accounted, the first traced.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch {
 			case b2i(noise.on)+b2i(noise.cost)+b2i(noise.traceCost) > 1:
 				return usagef("--noise, --account-cost and --trace-cost: give one of them")
+			case cmd.Flags().Changed("account-amplify") && !noise.cost:
+				return usagef("--account-amplify needs --account-cost")
 			case noise.on:
 				return runNoise(cmd, &noise)
 			case noise.cost:

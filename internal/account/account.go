@@ -10,6 +10,7 @@ package account
 
 import (
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -33,6 +34,9 @@ type Trial struct {
 	// SamplerS is how long the accounting's own sampler worked during the window (the wall
 	// time of its looks: an upper bound of the CPU it took from the trial).
 	SamplerS float64 `json:"sampler_s,omitempty"`
+	// SamplerLooks is how many looks that was (4 a second, unless doctor --account-cost
+	// --account-amplify asked for more).
+	SamplerLooks int `json:"sampler_looks,omitempty"`
 	// Notes say what could not be accounted and why (a namespace gone, a file unreadable).
 	Notes []string `json:"notes,omitempty"`
 }
@@ -77,6 +81,9 @@ type Role struct {
 	// own processes: host-network servers, switches), "self" (cnibench's own threads: the
 	// network functions it runs in-process, the nodes' agents, the accounting's sampler).
 	Kind string `json:"kind"`
+	// Host is the machine its processes ran on, where a trial spans several (a cluster's
+	// nodes); "" on the lab's one host.
+	Host string `json:"host,omitempty"`
 	// Commands are the distinct command names of its processes (iperf3, netserver).
 	Commands []string `json:"commands,omitempty"`
 	UserS    float64  `json:"user_s"`
@@ -85,7 +92,10 @@ type Role struct {
 	CPUPct float64 `json:"cpu_pct"`
 	// RanOn is where its CPU time went, per CPU in percent of that CPU over the window:
 	// sampled, each thread's time since the last look put on the CPU it was on then (exact for
-	// a thread pinned to one CPU; the last moments of a thread that ends are not seen).
+	// a thread pinned to one CPU; the last moments of a thread that ends are not seen). On a
+	// cluster, read at the window's end only: each thread's time in the window on the CPU it
+	// was last on, and nothing for a command that ended in the window (its time is known,
+	// not where it ran).
 	RanOn []Share `json:"ran_on,omitempty"`
 }
 
@@ -182,9 +192,11 @@ func Merge(trials []*Trial) *Trial {
 	latN := map[[3]string]float64{}
 	var hostOrder, roleOrder, kernOrder []string
 	var hopOrder, latOrder [][3]string
+	looks := 0.0
 	for _, t := range ts {
 		out.WindowS += t.WindowS / n
 		out.SamplerS += t.SamplerS / n
+		looks += float64(t.SamplerLooks) / n
 		out.Traced += t.Traced / n
 		for _, l := range t.Latency {
 			k := [3]string{l.Start, l.From, l.To}
@@ -283,6 +295,7 @@ func Merge(trials []*Trial) *Trial {
 	for _, w := range kernOrder {
 		out.Kernel = append(out.Kernel, Kernel{Where: w, Counters: kern[w]})
 	}
+	out.SamplerLooks = int(math.Round(looks))
 	return out
 }
 

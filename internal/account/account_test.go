@@ -256,6 +256,19 @@ func TestJudge(t *testing.T) {
 				Hops: []Hop{{Where: "fabric", Dev: "n0", RxPackets: 1e6, RxDropped: 3}}},
 			want: []string{"no CPU saturated"}},
 		{name: "nothing accounted", a: &Trial{}, wantEmpty: true},
+		// A cluster: roles belong to the node they ran on, CPU 0 of one node is not CPU 0 of the
+		// other.
+		{name: "two nodes: the role on its own node only",
+			a: &Trial{Hosts: []Host{{Name: "node-a", CPUs: []CPU{busy(0, 30, 40, 25)}}, {Name: "node-b", CPUs: []CPU{busy(0, 30, 40, 25)}}},
+				Roles: []Role{{Name: "client", Host: "node-a", Commands: []string{"iperf3"}, CPUPct: 90, RanOn: []Share{{CPU: 0, Pct: 90}}}}},
+			want:     []string{"node-a CPU 0 at 95 % (40 % system, 30 % user, 25 % softirq) running client (iperf3) 90 %", "node-b CPU 0 at 95 %", "running processes outside the run 70 %"},
+			findings: []string{"node-b CPU 0: 70 % of its time went to processes outside the run"}},
+		// A command whose time is known but not where it ran may have run on any CPU of its node:
+		// no work is called outside the run on its account.
+		{name: "unplaced time is not outside the run",
+			a: &Trial{Hosts: []Host{{Name: "node-a", CPUs: []CPU{busy(0, 30, 40, 25), busy(1, 2, 2, 2)}}},
+				Roles: []Role{{Name: "client", Host: "node-a", Commands: []string{"iperf3"}, CPUPct: 65}}},
+			want: []string{"CPU 0 at 95 %"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -276,6 +289,37 @@ func TestJudge(t *testing.T) {
 					t.Errorf("findings %q lack %q", v.Findings, w)
 				}
 			}
+			if c.name == "unplaced time is not outside the run" && strings.Contains(v.Bottleneck+strings.Join(v.Findings, ""), "outside") {
+				t.Errorf("verdict %q %q calls the client's unplaced time outside the run", v.Bottleneck, v.Findings)
+			}
 		})
+	}
+}
+
+func TestParseNetDevRecorded(t *testing.T) {
+	devs, err := ParseNetDev(read(t, "net-dev.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Recorded in a lab node's namespace: a long veth name runs into its first counter's column.
+	v := devs["veth849855bc"]
+	if len(devs) != 4 || v.RxBytes != 276465430592 || v.RxPackets != 6832762 || v.TxBytes != 273327522 || v.TxPackets != 4132344 {
+		t.Errorf("devices %+v", devs)
+	}
+	if e := devs["eth0"]; e.RxPackets != 35 || e.TxPackets != 11 || e.RxBytes != 2786 || e.TxBytes != 866 {
+		t.Errorf("eth0 %+v", e)
+	}
+	later := v
+	later.RxPackets += 10
+	later.TxDropped += 2
+	later.TxBytes -= 1 // a counter that went back counts 0
+	h := DevDelta("node0", "veth849855bc", "veth", 3, v, later)
+	if h.RxPackets != 10 || h.TxDropped != 2 || h.TxBytes != 0 || h.Order != 3 || h.Where != "node0" || h.Drops() != 2 {
+		t.Errorf("delta %+v", h)
+	}
+	for _, bad := range []string{"", "h1\nh2\n  eth0: 1 2 3\n", "h1\nh2\n  eth0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n", "h1\nh2\n  eth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 x\n"} {
+		if _, err := ParseNetDev([]byte(bad)); err == nil {
+			t.Errorf("ParseNetDev(%q) accepted", bad)
+		}
 	}
 }

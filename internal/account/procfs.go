@@ -364,3 +364,51 @@ func excerpt(b []byte) string {
 	}
 	return string(b)
 }
+
+// DevCounters are one network device's counters, as netlink or /proc/net/dev give them.
+type DevCounters struct {
+	RxBytes, RxPackets, RxErrors, RxDropped uint64
+	TxBytes, TxPackets, TxErrors, TxDropped uint64
+	QdiscDrops                              uint64 // its qdiscs' drops (netlink only)
+}
+
+// ParseNetDev reads /proc/net/dev: each device's counters by name (lo included).
+func ParseNetDev(b []byte) (map[string]DevCounters, error) {
+	out := map[string]DevCounters{}
+	for i, line := range strings.Split(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if i < 2 || strings.TrimSpace(line) == "" {
+			continue
+		}
+		f := strings.Fields(rest)
+		if !ok || len(f) < 16 {
+			return nil, fmt.Errorf("/proc/net/dev line %d: want a device and 16 counters: %q", i+1, excerpt([]byte(line)))
+		}
+		var v [16]uint64
+		for j := range v {
+			n, err := strconv.ParseUint(f[j], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("/proc/net/dev line %d: counter %d: %w", i+1, j+1, err)
+			}
+			v[j] = n
+		}
+		out[strings.TrimSpace(name)] = DevCounters{RxBytes: v[0], RxPackets: v[1], RxErrors: v[2], RxDropped: v[3],
+			TxBytes: v[8], TxPackets: v[9], TxErrors: v[10], TxDropped: v[11]}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("/proc/net/dev: no device in %q", excerpt(b))
+	}
+	return out, nil
+}
+
+// DevDelta is the hop a device makes between two readings of its counters (a counter that
+// went back counts 0).
+func DevDelta(where, dev, kind string, order int, a, b DevCounters) Hop {
+	d := func(y, x uint64) float64 { return float64(sub(y, x)) }
+	return Hop{Where: where, Dev: dev, Kind: kind, Order: order,
+		RxPackets: d(b.RxPackets, a.RxPackets), RxBytes: d(b.RxBytes, a.RxBytes),
+		RxDropped: d(b.RxDropped, a.RxDropped), RxErrors: d(b.RxErrors, a.RxErrors),
+		TxPackets: d(b.TxPackets, a.TxPackets), TxBytes: d(b.TxBytes, a.TxBytes),
+		TxDropped: d(b.TxDropped, a.TxDropped), TxErrors: d(b.TxErrors, a.TxErrors),
+		QdiscDrops: d(b.QdiscDrops, a.QdiscDrops)}
+}

@@ -88,7 +88,7 @@ func Judge(a *Trial) Verdict {
 	var saturated []string
 	for _, x := range all {
 		if x.cpu.BusyPct()+x.cpu.StealPct >= SaturatedPct {
-			saturated = append(saturated, name(x)+" "+a.describeCPU(x.cpu))
+			saturated = append(saturated, name(x)+" "+a.describeCPU(x.host, x.cpu))
 		}
 	}
 	var drops []string
@@ -124,7 +124,7 @@ func Judge(a *Trial) Verdict {
 	}
 	var steal []string
 	for _, x := range all {
-		if o := a.outside(x.cpu); o >= OutsidePct {
+		if o := a.outside(x.host, x.cpu); o >= OutsidePct {
 			steal = append(steal, fmt.Sprintf("%s: %.0f %% of its time went to processes outside the run (user and system time beyond what the run's pods, network functions and nodes used there)", name(x), o))
 		}
 	}
@@ -143,7 +143,7 @@ func Judge(a *Trial) Verdict {
 		v.Bottleneck, v.Findings = steal[0], steal[1:]
 	default:
 		busiest := slices.MaxFunc(all, func(p, q hc) int { return cmp.Compare(p.cpu.BusyPct(), q.cpu.BusyPct()) })
-		v.Bottleneck = fmt.Sprintf("no CPU saturated (busiest: %s %s)", name(busiest), a.describeCPU(busiest.cpu))
+		v.Bottleneck = fmt.Sprintf("no CPU saturated (busiest: %s %s)", name(busiest), a.describeCPU(busiest.host, busiest.cpu))
 		if busiest.cpu.BusyPct() < WaitingPct {
 			v.Bottleneck += ": the rate is bound by waiting (round trips, pacing), not by a CPU"
 		}
@@ -182,25 +182,36 @@ func (a *Trial) slowestHops() []string {
 	return out
 }
 
-// outside is the share of a CPU's user and system time that the trial's roles did not use
-// (0 when no role was accounted: then nothing tells the run's time from others').
-func (a *Trial) outside(c CPU) float64 {
+// outside is the share of host's CPU c's user and system time that the trial's roles did not
+// use (0 when no role was accounted: then nothing tells the run's time from others'). A role's
+// time not put on any CPU (a command that ended where no sampler saw it) may have been on this
+// one: it counts as the run's here too, so what is left is surely others'.
+func (a *Trial) outside(host string, c CPU) float64 {
 	if len(a.Roles) == 0 {
 		return 0
 	}
 	in := 0.0
 	for _, r := range a.Roles {
+		if !r.on(host) {
+			continue
+		}
+		placed := 0.0
 		for _, s := range r.RanOn {
+			placed += s.Pct
 			if s.CPU == c.CPU {
 				in += s.Pct
 			}
 		}
+		in += max(r.CPUPct-placed, 0)
 	}
 	return max(c.UserPct+c.SystemPct-in, 0)
 }
 
-// describeCPU says how busy a CPU was, with what, and which roles ran there.
-func (a *Trial) describeCPU(c CPU) string {
+// on says whether the role's processes ran on host ("" on either side: the one host).
+func (r Role) on(host string) bool { return r.Host == "" || host == "" || r.Host == host }
+
+// describeCPU says how busy host's CPU c was, with what, and which roles ran there.
+func (a *Trial) describeCPU(host string, c CPU) string {
 	parts := []string{fmt.Sprintf("at %.0f %%", c.BusyPct())}
 	type share struct {
 		what string
@@ -220,8 +231,8 @@ func (a *Trial) describeCPU(c CPU) string {
 	if c.StealPct >= 1 {
 		parts = append(parts, fmt.Sprintf("and %.0f %% stolen by the hypervisor", c.StealPct))
 	}
-	rs := a.rolesOn(c.CPU)
-	if o := a.outside(c); o >= OutsidePct {
+	rs := a.rolesOn(host, c.CPU)
+	if o := a.outside(host, c); o >= OutsidePct {
 		rs = append(rs, fmt.Sprintf("processes outside the run %.0f %%", o))
 	}
 	if len(rs) > 0 {
@@ -233,14 +244,17 @@ func (a *Trial) describeCPU(c CPU) string {
 	return strings.Join(parts, " ")
 }
 
-// rolesOn names the roles seen on a CPU for at least ranOnPct of the window, busiest first.
-func (a *Trial) rolesOn(cpu int) []string {
+// rolesOn names the roles seen on host's CPU for at least ranOnPct of the window, busiest first.
+func (a *Trial) rolesOn(host string, cpu int) []string {
 	type on struct {
 		name string
 		pct  float64
 	}
 	var ons []on
 	for _, r := range a.Roles {
+		if !r.on(host) {
+			continue
+		}
 		for _, s := range r.RanOn {
 			if s.CPU == cpu && s.Pct >= ranOnPct {
 				label := r.Name
@@ -294,11 +308,15 @@ func Contrast(a, ref *Trial) []string {
 			out = append(out, fmt.Sprintf("%s: %.3g vs %.3g", what, x, y))
 		}
 	}
-	cpus := func(t *Trial) map[string]CPU {
-		m := map[string]CPU{}
+	type hostCPU struct {
+		host string
+		CPU
+	}
+	cpus := func(t *Trial) map[string]hostCPU {
+		m := map[string]hostCPU{}
 		for _, h := range t.Hosts {
 			for _, c := range h.CPUs {
-				m[fmt.Sprintf("%s CPU %d", h.Name, c.CPU)] = c
+				m[fmt.Sprintf("%s CPU %d", h.Name, c.CPU)] = hostCPU{h.Name, c}
 			}
 		}
 		return m
@@ -319,7 +337,7 @@ func Contrast(a, ref *Trial) []string {
 		share(label+" steal", y.StealPct, x.StealPct)
 		share(label+" busy", y.BusyPct(), x.BusyPct())
 		share(label+" softirq", y.SoftIRQPct, x.SoftIRQPct)
-		share(label+" outside the run", a.outside(y), ref.outside(x))
+		share(label+" outside the run", a.outside(y.host, y.CPU), ref.outside(x.host, x.CPU))
 	}
 	kern := func(t *Trial, name string) float64 {
 		sum := 0.0

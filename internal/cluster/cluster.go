@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	networkingv1 "k8s.io/api/networking/v1"
 
@@ -346,10 +347,13 @@ type Accounter interface {
 
 // AccountPath names a trial's client and server pods ("" when a trial has none), so the
 // accounting can order the hops between them; Trace asks for per-hop latency too (TraceHops;
-// a backend that cannot trace says why in the accounting's notes).
+// a backend that cannot trace says why in the accounting's notes). Amplify > 1 makes the
+// accounting's sampler look that many times as often as it would (doctor --account-cost
+// --account-amplify: a cost too small to resolve made resolvable, then divided back).
 type AccountPath struct {
 	Client, Server string
 	Trace          string
+	Amplify        int
 }
 
 // TraceHops asks an accounting window for per-hop latency: the time sampled TCP segments take
@@ -401,4 +405,22 @@ func CreateService(ctx context.Context, cl Cluster, spec ServiceSpec) (Service, 
 // DeleteService deletes one Service.
 func DeleteService(ctx context.Context, cl Cluster, name string) error {
 	return cl.DeleteServices(ctx, []string{name})
+}
+
+// Pin prefixes argv with taskset so the command runs on cpu only: placement on a small
+// machine is never left to chance.
+func Pin(cpu int, argv []string) []string {
+	return append([]string{"taskset", "-c", strconv.Itoa(cpu)}, argv...)
+}
+
+// Pinned undoes Pin: the CPU and the command of an argv Pin made (ok false for any other).
+func Pinned(argv []string) (cpu int, cmd []string, ok bool) {
+	if len(argv) < 4 || argv[0] != "taskset" || argv[1] != "-c" {
+		return -1, argv, false
+	}
+	cpu, err := strconv.Atoi(argv[2])
+	if err != nil || cpu < 0 {
+		return -1, argv, false
+	}
+	return cpu, argv[3:], true
 }

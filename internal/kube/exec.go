@@ -63,7 +63,18 @@ func exitCode(err error) (int, bool) {
 // Exec implements cluster.Cluster through the pods/exec subresource. A non-zero exit is
 // reported in ExitCode; cancelling ctx ends the stream (the command itself may outlive it in
 // the container, as with kubectl exec).
+// A command run in a pod an accounting window reads is credited to it with the CPU time it
+// used (execAccounted).
 func (c *Cluster) Exec(ctx context.Context, pod string, argv []string) (cluster.ExecResult, error) {
+	if ws := c.windowsOn(pod); len(ws) > 0 && len(argv) > 0 {
+		return c.execAccounted(ctx, pod, argv, ws)
+	}
+	return c.execPlain(ctx, pod, argv)
+}
+
+// execPlain is Exec without accounting: the backend's own commands (reading /proc, starting
+// and stopping servers, probes).
+func (c *Cluster) execPlain(ctx context.Context, pod string, argv []string) (cluster.ExecResult, error) {
 	return c.execInput(ctx, pod, nil, argv)
 }
 

@@ -92,6 +92,9 @@ type Cluster struct {
 	servers map[string]bool     // pods created as Deployments
 	chains  map[string][]string // a chain's client and server -> every pod of the chain (Chain)
 	procs   map[*process]bool
+	// windows are the open accounting windows (account.go), under acctMu.
+	acctMu  sync.Mutex
+	windows map[*acctWindow]bool
 	seq     int // log file sequence for Start
 	closed  bool
 

@@ -361,7 +361,7 @@ func (c *Cluster) learnPodMTU(ctx context.Context, pods []cluster.Pod, specs []c
 		if p.HostNetwork || (specs[i].Silent && c.isFake(p.Node)) {
 			continue
 		}
-		res, err := c.Exec(ctx, p.Name, []string{busybox, "cat", "/sys/class/net/eth0/mtu"})
+		res, err := c.execPlain(ctx, p.Name, []string{busybox, "cat", "/sys/class/net/eth0/mtu"})
 		if err != nil || res.ExitCode != 0 {
 			return
 		}

@@ -70,7 +70,7 @@ func (p ncProber) Serve(ctx context.Context, pod string, port int) error {
 func (p ncProber) Connect(ctx context.Context, client, ip string, port int) (bool, string, error) {
 	ectx, cancel := context.WithTimeout(ctx, connectExecLimit)
 	defer cancel()
-	res, err := p.c.Exec(ectx, client, []string{busybox, "nc", "-w", strconv.Itoa(ncConnectTimeout), ip, strconv.Itoa(port)})
+	res, err := p.c.execPlain(ectx, client, []string{busybox, "nc", "-w", strconv.Itoa(ncConnectTimeout), ip, strconv.Itoa(port)})
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			return false, fmt.Sprintf("no answer within %s", connectExecLimit), nil

@@ -69,7 +69,7 @@ func (c *Cluster) Start(ctx context.Context, pod string, argv []string, ready cl
 	c.seq++
 	logPath := fmt.Sprintf("/tmp/cnb-%d.log", c.seq)
 	c.mu.Unlock()
-	res, err := c.Exec(ctx, pod, startArgv(logPath, argv))
+	res, err := c.execPlain(ctx, pod, startArgv(logPath, argv))
 	if err != nil {
 		return nil, fmt.Errorf("start %s in pod %s: %w", argv[0], pod, err)
 	}
@@ -124,7 +124,7 @@ func (c *Cluster) listening(ctx context.Context, pod string) (map[int]bool, erro
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	// tcp6 is missing on a kernel without IPv6: cat then exits 1 but prints tcp.
-	res, err := c.Exec(ctx, pod, []string{busybox, "cat", "/proc/net/tcp", "/proc/net/tcp6"})
+	res, err := c.execPlain(ctx, pod, []string{busybox, "cat", "/proc/net/tcp", "/proc/net/tcp6"})
 	if err != nil {
 		return nil, fmt.Errorf("read /proc/net/tcp: %w", err)
 	}
@@ -140,7 +140,7 @@ func (c *Cluster) listening(ctx context.Context, pod string) (map[int]bool, erro
 func (p *process) alive(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	res, err := p.c.Exec(ctx, p.pod, []string{busybox, "cat", fmt.Sprintf("/proc/%d/stat", p.pid)})
+	res, err := p.c.execPlain(ctx, p.pod, []string{busybox, "cat", fmt.Sprintf("/proc/%d/stat", p.pid)})
 	if err != nil {
 		return false, err
 	}
@@ -188,7 +188,7 @@ func (p *process) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pid := strconv.Itoa(p.pid)
-	if _, err := p.c.Exec(ctx, p.pod, []string{busybox, "kill", pid}); err != nil {
+	if _, err := p.c.execPlain(ctx, p.pod, []string{busybox, "kill", pid}); err != nil {
 		if p.c.podGone(ctx, p.pod) {
 			p.markGone()
 			return nil
@@ -196,7 +196,7 @@ func (p *process) stop() error {
 		return fmt.Errorf("stop %s in pod %s: %w", p.argv0, p.pod, err)
 	}
 	if !p.waitDead(ctx, 2*time.Second) {
-		if _, err := p.c.Exec(ctx, p.pod, []string{busybox, "kill", "-9", pid}); err != nil {
+		if _, err := p.c.execPlain(ctx, p.pod, []string{busybox, "kill", "-9", pid}); err != nil {
 			return fmt.Errorf("stop %s in pod %s: %w", p.argv0, p.pod, err)
 		}
 		if !p.waitDead(ctx, 5*time.Second) {
@@ -241,7 +241,7 @@ func (p *process) Output() []byte {
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := p.c.Exec(ctx, p.pod, []string{busybox, "cat", p.log})
+	res, err := p.c.execPlain(ctx, p.pod, []string{busybox, "cat", p.log})
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err == nil && res.ExitCode == 0 && !p.final {
@@ -296,7 +296,7 @@ func (c *Cluster) NodeCPU(ctx context.Context, node string) (cluster.CPUSample, 
 	sort.Strings(pods)
 	var errs []error
 	for _, pod := range pods {
-		res, err := c.Exec(ctx, pod, []string{busybox, "cat", "/proc/stat"})
+		res, err := c.execPlain(ctx, pod, []string{busybox, "cat", "/proc/stat"})
 		if err == nil && res.ExitCode != 0 {
 			err = fmt.Errorf("cat /proc/stat exited %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 		}

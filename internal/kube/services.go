@@ -288,7 +288,7 @@ func (c *Cluster) awaitProxy(ctx context.Context, ip string, ports []cluster.Ser
 	}
 	var last string
 	err := poll(ctx, podTimeout, func(ctx context.Context) (bool, error) {
-		res, err := c.Exec(ctx, from, []string{busybox, "nc", "-w", "1", ip, fmt.Sprint(port)})
+		res, err := c.execPlain(ctx, from, []string{busybox, "nc", "-w", "1", ip, fmt.Sprint(port)})
 		if err != nil {
 			return false, err
 		}

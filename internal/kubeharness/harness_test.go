@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnibench/cnibench/internal/account"
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/image"
 	"github.com/cnibench/cnibench/internal/kube"
@@ -678,6 +679,55 @@ func cliSummary(t *testing.T, h *Harness, bin string, mustSucceed bool, args ...
 	return sum
 }
 
+// kubeAccounting checks a trial's accounting on the cluster: the CPUs of each node of the
+// trial (this harness's nodes share one kernel: one machine named after both), the client's
+// and the server's pods as roles with their tools' CPU time on the CPUs they were pinned to
+// (from the containers' cgroups: netserver's child per test comes and goes between the
+// window's edges), the client's eth0 carrying what the tool measured, and a verdict.
+func kubeAccounting(t *testing.T, c result.Case, m scenario.Measurement, durationS int) {
+	t.Helper()
+	a := m.Accounting
+	if a == nil {
+		t.Fatal("trial not accounted")
+	}
+	nodes, covered := map[string]int{"intra": 1, "inter": 2}[c.Placement], 0
+	for _, h := range a.Hosts {
+		covered += len(strings.Split(h.Name, "+"))
+	}
+	if covered != nodes || len(a.Hosts) == 0 || len(a.Hosts[0].CPUs) == 0 {
+		t.Errorf("accounted the CPUs of %d nodes (%+v), want %d; notes %q", covered, a.Hosts, nodes, a.Notes)
+	}
+	tool := map[string]string{"tcp": "iperf3", "udp": "iperf3", "rr": "netperf"}[c.Protocol]
+	roles := map[string]account.Role{}
+	for _, r := range a.Roles {
+		roles[r.Name] = r
+	}
+	cl := roles["client"]
+	if !slices.Contains(cl.Commands, tool) || cl.UserS+cl.SystemS <= 0 || cl.Host == "" || !slices.ContainsFunc(cl.RanOn, func(s account.Share) bool { return s.CPU == 0 && s.Pct > 0 }) {
+		t.Errorf("client role %+v: want %s's CPU time on its node's CPU 0 (pinned there); roles %+v", cl, tool, a.Roles)
+	}
+	server := map[string]string{"tcp": "iperf3", "udp": "iperf3", "rr": "netserver"}[c.Protocol]
+	if sv := roles["server"]; !slices.Contains(sv.Commands, server) || !slices.ContainsFunc(sv.RanOn, func(s account.Share) bool { return s.CPU == 1 && s.Pct > 0 }) {
+		t.Errorf("server role %+v: want %s's CPU time on CPU 1 (pinned there); notes %q", sv, server, a.Notes)
+	}
+	if c.Protocol == "tcp" && c.Scenario == "p2p" {
+		sent := 0.0
+		for _, h := range a.Hops {
+			if h.Where == "client" && h.Dev == "eth0" {
+				sent = h.TxBytes
+			}
+		}
+		if want := 0.9 * m.Metrics["throughput_bps"] / 8 * float64(durationS); sent < want {
+			t.Errorf("client eth0 sent %.0f bytes in the window, want at least %.0f (what the tool measured); hops %+v", sent, want, a.Hops)
+		}
+	}
+	v := account.Judge(a)
+	if v.Bottleneck == "" {
+		t.Error("no verdict")
+	}
+	t.Logf("accounted: %d nodes, roles %d, hops %d; verdict: %s; findings %q", len(a.Hosts), len(a.Roles), len(a.Hops), v.Bottleneck, v.Findings)
+}
+
 // backendOnCluster runs the p2p and node2node workloads through the kube backend (client-go,
 // pods pinned to nodes, exec) on the real cluster.
 func backendOnCluster(t *testing.T, h *Harness) {
@@ -713,6 +763,7 @@ func backendOnCluster(t *testing.T, h *Harness) {
 				t.Errorf("%s = %v: %v", tc.metric, m.Metrics[tc.metric], m.Metrics)
 			}
 			t.Logf("%s %s %s: %s=%.4g", tc.sc, tc.pl, tc.proto, tc.metric, m.Metrics[tc.metric])
+			kubeAccounting(t, c, m, 2)
 		})
 	}
 	// The pod MTU was read in the first pod: 1500 less VXLAN's 50 bytes on Flannel's and

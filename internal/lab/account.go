@@ -132,11 +132,10 @@ func selfTimes(idx int) (procTimes, bool) {
 
 // devReading is one device's counters.
 type devReading struct {
-	kind   string
-	st     netlink.LinkStatistics64
-	qdrops uint64
-	l2     bool // its frames start with an Ethernet header
-	vxlan  int  // a VXLAN device's UDP port (0: not one)
+	kind  string
+	st    account.DevCounters
+	l2    bool // its frames start with an Ethernet header
+	vxlan int  // a VXLAN device's UDP port (0: not one)
 }
 
 // nsReading is what a namespace's devices and kernel counters said at one edge.
@@ -174,7 +173,11 @@ func readNS(name string) nsReading {
 		if a.Name == "lo" || a.Statistics == nil {
 			continue
 		}
-		d := devReading{kind: lk.Type(), st: *(*netlink.LinkStatistics64)(a.Statistics), qdrops: qdrops[a.Index], l2: a.EncapType == "ether"}
+		st := a.Statistics
+		d := devReading{kind: lk.Type(), l2: a.EncapType == "ether", st: account.DevCounters{
+			RxBytes: st.RxBytes, RxPackets: st.RxPackets, RxErrors: st.RxErrors, RxDropped: st.RxDropped,
+			TxBytes: st.TxBytes, TxPackets: st.TxPackets, TxErrors: st.TxErrors, TxDropped: st.TxDropped,
+			QdiscDrops: qdrops[a.Index]}}
 		if vx, ok := lk.(*netlink.Vxlan); ok {
 			d.vxlan = vx.Port
 		}
@@ -271,6 +274,8 @@ type acctWindow struct {
 	threads map[int]uint64
 	on      []map[int]uint64
 	busy    time.Duration // the sampler's looks in the window, together
+	looks   int           // and how many there were
+	every   time.Duration // the sampler's period (sampleEvery / AccountPath.Amplify)
 	comms   []map[string]bool
 	// selfIdx is cnibench's own entry of the scope.
 	selfIdx int
@@ -292,7 +297,10 @@ type acctWindow struct {
 func (l *Lab) Account(ctx context.Context, path cluster.AccountPath) (cluster.AccountWindow, error) {
 	w := &acctWindow{l: l, scope: l.acctScope(path), inos: map[uint64]int{}, cpus: l.agentCPUs,
 		watch: map[int]int{}, last: map[int]procTimes{}, credit: map[int][2]float64{}, ended: map[int]bool{},
-		threads: map[int]uint64{}, stop: make(chan struct{}), stopped: make(chan struct{})}
+		threads: map[int]uint64{}, every: sampleEvery, stop: make(chan struct{}), stopped: make(chan struct{})}
+	if path.Amplify > 1 {
+		w.every = sampleEvery / time.Duration(path.Amplify)
+	}
 	for i, s := range w.scope {
 		if s.kind == "self" {
 			w.selfIdx = i
@@ -404,10 +412,10 @@ func (w *acctWindow) readAll() []nsReading {
 	return out
 }
 
-// sample looks at the watched processes every sampleEvery until the window closes.
+// sample looks at the watched processes every w.every until the window closes.
 func (w *acctWindow) sample() {
 	defer close(w.stopped)
-	t := time.NewTicker(sampleEvery)
+	t := time.NewTicker(w.every)
 	defer t.Stop()
 	for {
 		select {
@@ -428,6 +436,7 @@ func (w *acctWindow) look(first bool) {
 		if !first {
 			w.mu.Lock()
 			w.busy += time.Since(began)
+			w.looks++
 			w.mu.Unlock()
 		}
 	}()
@@ -559,7 +568,7 @@ func (w *acctWindow) Close(ctx context.Context) (*account.Trial, error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	a.SamplerS = w.busy.Seconds()
+	a.SamplerS, a.SamplerLooks = w.busy.Seconds(), w.looks
 	a.Roles = w.roles(procs1, window)
 	for i, s := range w.scope {
 		r0, r1 := w.ns0[i], ns1[i]
@@ -576,7 +585,7 @@ func (w *acctWindow) Close(ctx context.Context) (*account.Trial, error) {
 			if !ok {
 				continue // made during the window: no reading to start from
 			}
-			h := hopDelta(s, dev, d0, d1)
+			h := account.DevDelta(s.where, dev, d1.kind, s.order, d0.st, d1.st)
 			if h.RxPackets+h.TxPackets+h.Drops() > 0 {
 				a.Hops = append(a.Hops, h)
 			}
@@ -594,22 +603,6 @@ func cmpErr(a, b error) error {
 		return a
 	}
 	return b
-}
-
-// hopDelta is what passed a device between two readings.
-func hopDelta(s acctNS, dev string, a, b devReading) account.Hop {
-	d := func(x, y uint64) float64 {
-		if x < y {
-			return 0
-		}
-		return float64(x - y)
-	}
-	return account.Hop{Where: s.where, Dev: dev, Kind: b.kind, Order: s.order,
-		RxPackets: d(b.st.RxPackets, a.st.RxPackets), RxBytes: d(b.st.RxBytes, a.st.RxBytes),
-		RxDropped: d(b.st.RxDropped, a.st.RxDropped), RxErrors: d(b.st.RxErrors, a.st.RxErrors),
-		TxPackets: d(b.st.TxPackets, a.st.TxPackets), TxBytes: d(b.st.TxBytes, a.st.TxBytes),
-		TxDropped: d(b.st.TxDropped, a.st.TxDropped), TxErrors: d(b.st.TxErrors, a.st.TxErrors),
-		QdiscDrops: d(b.qdrops, a.qdrops)}
 }
 
 // roles sums the processes of each namespace: those alive at the end (less what they had at

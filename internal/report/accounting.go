@@ -87,8 +87,12 @@ func (p *page) accounting(id string, s result.Summary) {
 				for _, sh := range ro.RanOn {
 					on = append(on, fmt.Sprintf("%d: %.0f %%", sh.CPU, sh.Pct))
 				}
+				kind := ro.Kind
+				if ro.Host != "" {
+					kind += " on " + ro.Host // a cluster's node: its CPUs are that node's
+				}
 				p.f(`<tr><td>%s (%s)</td><td>%s</td><td data-v="%g">%.1f</td><td data-v="%g">%.3f</td><td data-v="%g">%.3f</td><td>%s</td></tr>`,
-					esc(ro.Name), esc(ro.Kind), esc(strings.Join(ro.Commands, ", ")), ro.CPUPct, ro.CPUPct, ro.UserS, ro.UserS, ro.SystemS, ro.SystemS, esc(strings.Join(on, ", ")))
+					esc(ro.Name), esc(kind), esc(strings.Join(ro.Commands, ", ")), ro.CPUPct, ro.CPUPct, ro.UserS, ro.UserS, ro.SystemS, ro.SystemS, esc(strings.Join(on, ", ")))
 			}
 			p.s(`</tbody></table>`)
 		}

@@ -66,7 +66,14 @@ type Settings struct {
 	// --trace-cost pairs a case traced with the same case untraced).
 	Trace          string `json:"trace,omitempty"`
 	UntracedCopies bool   `json:"untraced_copies,omitempty"`
+	// AccountAmplify > 1 makes the accounting's sampler look that many times as often
+	// (doctor --account-cost --account-amplify; cluster.AccountPath.Amplify).
+	AccountAmplify int `json:"account_amplify,omitempty"`
 }
+
+// MaxAccountAmplify bounds Settings.AccountAmplify: at 250 times the lab's sampler would look
+// every millisecond, about as long as one look takes.
+const MaxAccountAmplify = 250
 
 // DefaultMaxSteal is the steal share (%) above which a trial is disturbed.
 const DefaultMaxSteal = 5.0
@@ -91,6 +98,8 @@ func (s Settings) Check() error {
 		return fmt.Errorf("--max-reruns: %d out of range (up to 1000; negative: never re-run)", s.MaxReruns)
 	case s.Trace != "" && s.Trace != cluster.TraceHops:
 		return fmt.Errorf("--trace: unknown trace %q (valid: %s)", s.Trace, cluster.TraceHops)
+	case s.AccountAmplify < 0 || s.AccountAmplify > MaxAccountAmplify:
+		return fmt.Errorf("--account-amplify: %d out of range (1..%d)", s.AccountAmplify, MaxAccountAmplify)
 	case s.Trace != "" && s.NoAccount:
 		return fmt.Errorf("--trace %s adds to each trial's accounting: drop --no-account", s.Trace)
 	}
@@ -578,7 +587,7 @@ func (r *run) setup(ctx context.Context, c *caseState, name string) error {
 		}
 		c.fx, err = sc.Setup(ctx, s.cl, c.cs.Case, scenario.Options{CPUs: c.cs.CPUs, Name: name,
 			NoAccount: r.set.NoAccount || (r.set.UnaccountedCopies && c.cs.Case.Copy > 1),
-			Trace:     r.set.traceOf(c.cs.Case)})
+			Trace:     r.set.traceOf(c.cs.Case), Amplify: r.set.AccountAmplify})
 	}
 	if err == nil || ctx.Err() != nil {
 		return nil

@@ -3,7 +3,6 @@ package scenario
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,10 +40,8 @@ func (fr *trialFrame) open(ctx context.Context) *window {
 	return openWindow(ctx, fr.cl, fr.client.Node, fr.account, fr.client.Name, fr.serverName)
 }
 
-// pin prefixes argv with taskset so placement on this small machine is never left to chance.
-func pin(cpu int, argv []string) []string {
-	return append([]string{"taskset", "-c", strconv.Itoa(cpu)}, argv...)
-}
+// pin pins argv to cpu (cluster.Pin).
+func pin(cpu int, argv []string) []string { return cluster.Pin(cpu, argv) }
 
 // measure runs the tool's argvs in the client pod, all at once (the instances of one trial:
 // usually one), each pinned to the client CPU, within timeout, and makes the trial's

@@ -24,15 +24,21 @@ type Options struct {
 	NoAccount bool
 	// Trace asks the accounting for per-hop latency too (cluster.TraceHops; "": none).
 	Trace string
+	// Amplify > 1 makes the accounting's sampler look that many times as often
+	// (cluster.AccountPath.Amplify).
+	Amplify int
 }
 
 // accountAsk is what a fixture asks of each trial's accounting.
 type accountAsk struct {
-	on    bool   // account (Options.NoAccount off)
-	trace string // cluster.AccountPath.Trace
+	on      bool   // account (Options.NoAccount off)
+	trace   string // cluster.AccountPath.Trace
+	amplify int    // cluster.AccountPath.Amplify
 }
 
-func askOf(opt Options) accountAsk { return accountAsk{on: !opt.NoAccount, trace: opt.Trace} }
+func askOf(opt Options) accountAsk {
+	return accountAsk{on: !opt.NoAccount, trace: opt.Trace, amplify: opt.Amplify}
+}
 
 // Measurement is one trial's outcome.
 type Measurement struct {

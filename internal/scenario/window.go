@@ -28,7 +28,7 @@ type window struct {
 func openWindow(ctx context.Context, cl cluster.Cluster, node string, ask accountAsk, client, server string) *window {
 	w := &window{cl: cl, node: node}
 	if a, ok := cl.(cluster.Accounter); ok && ask.on {
-		w.acct, w.acctErr = a.Account(ctx, cluster.AccountPath{Client: client, Server: server, Trace: ask.trace})
+		w.acct, w.acctErr = a.Account(ctx, cluster.AccountPath{Client: client, Server: server, Trace: ask.trace, Amplify: ask.amplify})
 	}
 	w.before, w.cpuErr = cl.NodeCPU(ctx, node)
 	return w

@@ -50,13 +50,8 @@ func (p *process) Output() []byte {
 }
 
 func newCall(pod string, argv []string) Call {
-	c := Call{Pod: pod, Argv: slices.Clone(argv), CPU: -1, Cmd: slices.Clone(argv)}
-	if len(argv) >= 3 && argv[0] == "taskset" && argv[1] == "-c" {
-		if cpu, err := strconv.Atoi(argv[2]); err == nil {
-			c.CPU, c.Cmd = cpu, slices.Clone(argv[3:])
-		}
-	}
-	return c
+	cpu, cmd, _ := cluster.Pinned(argv)
+	return Call{Pod: pod, Argv: slices.Clone(argv), CPU: cpu, Cmd: slices.Clone(cmd)}
 }
 
 // Start implements cluster.Cluster: the process counts as listening on ready.TCPPort in the

@@ -3,7 +3,7 @@ package main
 // This file alone adds a Service implementation to the lab: it registers a throwaway proxy
 // engine, and the test below finds it in `cnibench list`, in the case labels of a run that
 // names it, and in preflight (which refuses it for the tool it needs) — with no other file
-// touched. It is the proof that a new engine is one new file (DESIGN.md rule 3).
+// touched. It is the proof that a new engine is one new file (docs/design.md, rule 3).
 
 import (
 	"bytes"

@@ -1,5 +1,5 @@
 // Package kubeharness runs the project's own two-node Kubernetes test cluster on one host
-// (shared/KUBE-LAB.md has the measured recipe): Kubernetes binaries built from Go modules,
+// (docs/kube-lab.md has the measured recipe): Kubernetes binaries built from Go modules,
 // etcd/containerd/runc from Debian, each node in its own network namespace of a lab (so the
 // host's root network namespace stays unchanged), the control plane in node0's namespace and a
 // relay from the host's loopback to the API server. Every process it starts it stops by PID;

@@ -139,27 +139,3 @@ func TestSwitchFeatureGone(t *testing.T) {
 		t.Errorf("undo in a deleted namespace: %v", err)
 	}
 }
-
-// A veth has one receive queue; an interface that does not exist is an error.
-func TestRxQueues(t *testing.T) {
-	a, _ := testPair(t)
-	err := netns.Do(a.NS, func() error {
-		n, err := RxQueues(a.Dev)
-		if err != nil {
-			return err
-		}
-		if n != 1 {
-			t.Errorf("%s has %d receive queues, want 1", a.Dev, n)
-		}
-		if _, err := RxQueues("cnbtnone"); !errors.Is(err, unix.ENODEV) {
-			t.Errorf("RxQueues of a missing interface: %v, want ENODEV", err)
-		}
-		if _, err := RxQueues("a-name-far-too-long"); err == nil {
-			t.Error("RxQueues of a name longer than IFNAMSIZ: no error")
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}

@@ -43,7 +43,7 @@ type unit struct {
 	name  string
 }
 
-// unitOf is the display unit of a metric, from the unit its name ends with (DESIGN.md: metric
+// unitOf is the display unit of a metric, from the unit its name ends with (docs/design.md: metric
 // names carry their unit).
 func unitOf(metric string) unit {
 	switch {

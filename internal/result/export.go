@@ -135,8 +135,8 @@ func (r Run) needSummary(format string) error {
 		r.Dir, SummaryJSONFile, format, r.Dir, ErrNotRun)
 }
 
-// caseLabels are a case's labels as name/value pairs, in the order of DESIGN.md's case
-// labels; external_traffic_policy, change, sync and scale dimensions beyond the four counts (mtu, nodes,
+// caseLabels are a case's labels as name/value pairs, in the order of the case
+// labels (docs/design.md, result schema); external_traffic_policy, change, sync and scale dimensions beyond the four counts (mtu, nodes,
 // copy) only when set.
 func caseLabels(c Case) [][2]string {
 	l := [][2]string{

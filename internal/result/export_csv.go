@@ -40,7 +40,7 @@ var NetperfCSVColumns = []string{
 }
 
 // CaseCSVColumns are the columns that follow k8s-netperf's in the csv export: the case labels
-// of DESIGN.md, the case's status and reason, and "metric", the cnibench metric behind "Avg
+// (docs/design.md), the case's status and reason, and "metric", the cnibench metric behind "Avg
 // Throughput", the confidence interval and "# of Samples" (the case's headline metric, except
 // for HTTP, whose headline is a time to first byte: there it is the request rate); then labels
 // added since, at the end so that earlier columns keep their places ("external_traffic_policy":

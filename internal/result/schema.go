@@ -10,7 +10,7 @@ import (
 	"github.com/cnibench/cnibench/internal/account"
 )
 
-// Case is one point of the benchmark matrix. Its fields are the case labels of DESIGN.md;
+// Case is one point of the benchmark matrix. Its fields are the case labels (docs/design.md);
 // new scenarios add fields, they never rename existing ones.
 type Case struct {
 	ID        string `json:"id"`

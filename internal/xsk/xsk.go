@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cnibench/cnibench/internal/afpacket"
-	"github.com/cnibench/cnibench/internal/nf"
+	"github.com/cnibench/cnibench/internal/ethtool"
 )
 
 // Usable tells why this host cannot run AF_XDP with the XDP program (nil: it can): it needs
@@ -270,7 +270,7 @@ const bindBusyWait = time.Second
 // OneRxQueue checks that dev (of the current namespace) receives on one queue only: a socket
 // is bound to one queue, queue 0, and the frames of another would not reach it.
 func OneRxQueue(dev string) error {
-	n, err := nf.RxQueues(dev)
+	n, err := ethtool.RxQueues(dev)
 	if err != nil {
 		return err
 	}

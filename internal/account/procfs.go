@@ -229,8 +229,8 @@ func HostDelta(name string, a, b HostSample, cpus []int) Host {
 			continue
 		}
 		cpu := CPU{CPU: c}
-		if dt := float64(sub(t2.Total(), t1.Total())); dt > 0 {
-			pct := func(x, y uint64) float64 { return 100 * float64(sub(x, y)) / dt }
+		if dt := float64(Sub(t2.Total(), t1.Total())); dt > 0 {
+			pct := func(x, y uint64) float64 { return 100 * float64(Sub(x, y)) / dt }
 			cpu.UserPct = pct(t2.User+t2.Nice, t1.User+t1.Nice)
 			cpu.SystemPct = pct(t2.System, t1.System)
 			cpu.IRQPct = pct(t2.IRQ, t1.IRQ)
@@ -238,18 +238,19 @@ func HostDelta(name string, a, b HostSample, cpus []int) Host {
 			cpu.StealPct = pct(t2.Steal, t1.Steal)
 			cpu.IdlePct = pct(t2.Idle+t2.IOWait, t1.Idle+t1.IOWait)
 		}
-		cpu.NetRx = float64(sub(b.NetRx[c], a.NetRx[c]))
-		cpu.NetTx = float64(sub(b.NetTx[c], a.NetTx[c]))
-		cpu.Processed = float64(sub(b.Softnet[c].Processed, a.Softnet[c].Processed))
-		cpu.Dropped = float64(sub(b.Softnet[c].Dropped, a.Softnet[c].Dropped))
-		cpu.Squeezed = float64(sub(b.Softnet[c].Squeezed, a.Softnet[c].Squeezed))
+		cpu.NetRx = float64(Sub(b.NetRx[c], a.NetRx[c]))
+		cpu.NetTx = float64(Sub(b.NetTx[c], a.NetTx[c]))
+		cpu.Processed = float64(Sub(b.Softnet[c].Processed, a.Softnet[c].Processed))
+		cpu.Dropped = float64(Sub(b.Softnet[c].Dropped, a.Softnet[c].Dropped))
+		cpu.Squeezed = float64(Sub(b.Softnet[c].Squeezed, a.Softnet[c].Squeezed))
 		h.CPUs = append(h.CPUs, cpu)
 	}
 	return h
 }
 
-// sub is b-a for counters, 0 when a counter went back (a CPU came back online).
-func sub(b, a uint64) uint64 {
+// Sub is b-a for counters, 0 when a counter went back (a CPU came back online, a process
+// was replaced).
+func Sub(b, a uint64) uint64 {
 	if b < a {
 		return 0
 	}
@@ -303,7 +304,7 @@ func ParseNstat(texts ...[]byte) (map[string]uint64, error) {
 func KernelDelta(a, b map[string]uint64) map[string]float64 {
 	out := map[string]float64{}
 	for _, k := range KernelCounters {
-		if d := sub(b[k], a[k]); d > 0 {
+		if d := Sub(b[k], a[k]); d > 0 {
 			out[k] = float64(d)
 		}
 	}
@@ -404,7 +405,7 @@ func ParseNetDev(b []byte) (map[string]DevCounters, error) {
 // DevDelta is the hop a device makes between two readings of its counters (a counter that
 // went back counts 0).
 func DevDelta(where, dev, kind string, order int, a, b DevCounters) Hop {
-	d := func(y, x uint64) float64 { return float64(sub(y, x)) }
+	d := func(y, x uint64) float64 { return float64(Sub(y, x)) }
 	return Hop{Where: where, Dev: dev, Kind: kind, Order: order,
 		RxPackets: d(b.RxPackets, a.RxPackets), RxBytes: d(b.RxBytes, a.RxBytes),
 		RxDropped: d(b.RxDropped, a.RxDropped), RxErrors: d(b.RxErrors, a.RxErrors),

@@ -360,7 +360,7 @@ func (w *acctWindow) role(p acctPod, host string, b, e podReading, window float6
 		if ok {
 			u0, s0 = was.UTime+was.CUTime, was.STime+was.CSTime
 		}
-		du, ds := float64(sub0(ps.UTime+ps.CUTime, u0)), float64(sub0(ps.STime+ps.CSTime, s0))
+		du, ds := float64(account.Sub(ps.UTime+ps.CUTime, u0)), float64(account.Sub(ps.STime+ps.CSTime, s0))
 		if du+ds > 0 {
 			comms[ps.Comm] = true
 		}
@@ -376,7 +376,7 @@ func (w *acctWindow) role(p acctPod, host string, b, e podReading, window float6
 		if was, ok := b.threads[tid]; ok && !b.mine(was) {
 			t0 = was.UTime + was.STime
 		}
-		if d := sub0(ts.UTime+ts.STime, t0); d > 0 {
+		if d := account.Sub(ts.UTime+ts.STime, t0); d > 0 {
 			on[ts.Processor] += float64(d) / account.TicksPerSecond
 		}
 	}
@@ -423,13 +423,6 @@ func (w *acctWindow) role(p acctPod, host string, b, e podReading, window float6
 		r.RanOn = append(r.RanOn, account.Share{CPU: cpu, Pct: 100 * on[cpu] / window})
 	}
 	return r
-}
-
-func sub0(b, a uint64) uint64 {
-	if b < a {
-		return 0
-	}
-	return b - a
 }
 
 // windowsOn are the open windows that read pod.

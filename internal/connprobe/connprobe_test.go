@@ -402,9 +402,23 @@ func TestTargetsAndSourcePorts(t *testing.T) {
 	}
 	defer busy.Close()
 	lo := uint16(busy.Addr().(*net.TCPAddr).Port) - 1
-	o := opts(targets[0], 2*time.Millisecond, time.Second, 10*time.Millisecond)
+	o := opts(targets[0], 20*time.Millisecond, time.Second, 100*time.Millisecond)
 	o.Targets, o.SrcPortLo, o.SrcPortHi = targets, lo, lo+2
-	sum, r := run(t, context.Background(), o)
+	// Two ports of the range are free: attempts that a stall of the host starts together
+	// (late ones) hold both and the next finds none free, rightly failing to bind. Such a run
+	// says nothing about the order; it is run again (the VM's steal comes in bursts).
+	var sum connprobe.Summary
+	var r driver.ProbeRun
+	for try := 1; ; try++ {
+		sum, r = run(t, context.Background(), o)
+		if sum.Late == 0 || r.Count(driver.ProbeOK) == 5 || try == 5 {
+			break
+		}
+		t.Logf("try %d: %+v, %d ok: attempts started late overlapped; again", try, sum, r.Count(driver.ProbeOK))
+		for len(got) > 0 {
+			<-got
+		}
+	}
 	if sum.Attempts != 5 || r.Count(driver.ProbeOK) != 5 {
 		t.Fatalf("%+v, %d ok", sum, r.Count(driver.ProbeOK))
 	}

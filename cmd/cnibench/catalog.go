@@ -18,7 +18,8 @@ import (
 // engine registries.
 func catalog() plan.Catalog {
 	cat := plan.Catalog{Scenarios: map[string]scenario.Info{}, NumCPU: runtime.NumCPU(),
-		Proxies: dataplane.Proxies(), Policies: dataplane.PolicyEngines(), NFs: nf.Names(), VNFs: scenario.VNFKinds(), Searches: scenario.VNFSearches(), Changes: scenario.ChangeKinds(),
+		Words: map[string][]string{"proxy": dataplane.Proxies(), "policy": dataplane.PolicyEngines(), "nf": nf.Names(),
+			"vnf": scenario.VNFKinds(), "search": scenario.VNFSearches(), "change": scenario.ChangeKinds()},
 		Tools: func(p string) string {
 			d, err := driver.For(p)
 			if err != nil {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
-	"github.com/cnibench/cnibench/internal/lab/dataplane"
+	"github.com/cnibench/cnibench/internal/param"
 	"github.com/cnibench/cnibench/internal/plan"
 	"github.com/cnibench/cnibench/internal/report"
 	"github.com/cnibench/cnibench/internal/result"
@@ -25,42 +25,36 @@ import (
 	"golang.org/x/term"
 )
 
-// caseFlags are the run flags that are plan keys (same names as in plan files).
-var caseFlags = []struct{ name, help string }{
-	{"scenario", "scenario (see cnibench list)"},
-	{"dataplane", "dataplane presets, comma-separated (e.g. flannel,calico; baseline: bare,node2node)"},
-	{"placement", "placements: intra,inter"},
-	{"protocol", "protocols: tcp,udp,rr,crr,udprr"},
-	{"services", "Service counts to sweep (scenarios with Services)"},
-	{"policies", "NetworkPolicy counts to sweep"},
-	{"pods", "silent pod counts to sweep: pods beside the client and server that only load the data plane"},
-	{"replicas", "server replica counts to sweep"},
-	{"proxy", "Service implementations (override the preset's)"},
-	{"policy", "policy engines (override the preset's)"},
-	{"nf", "chain: network-function kinds to sweep (see cnibench list; default route-iptables)"},
-	{"chain-length", "chain: network functions between client and server, to sweep (default 1)"},
-	{"rules", "chain: firewall rules per network function, the matching ones last, to sweep (default 10)"},
-	{"external-traffic-policy", "n2s: the NodePort Service's externalTrafficPolicy, cluster,local (default both)"},
-	{"vnf", "vnf: VNF kinds to sweep (see cnibench list; default userspace)"},
-	{"cpu-limit", "vnf: each VNF replica's CPU limit in millicores, to sweep (0 = none; default 0)"},
-	{"cpu-isolation", "vnf: shared,exclusive: the VNF's CPUs shared with other pods or its own (default shared)"},
-	{"frame-size", "vnf: frame sizes in bytes with FCS, 64..1518, to sweep (default 256)"},
-	{"lb", "vnf: service,ingress,ingress-remote: a ClusterIP Service or a user-space UDP load balancer pod (on the generator's node, or the other) spreads the traffic (default service)"},
-	{"search", "vnf: mlr,binary,ramp: NDR/PDR by an MLRsearch-style search, by RFC 2544 binary searches, or seed 002's maximum feasible throughput by a rate rising 5 % a step (default mlr)"},
-	{"noisy", "vnf: CPU-bound pods beside the VNF replicas (seed 002's local calculation), to sweep (default 0)"},
-	{"noisy-cpu-limit", "vnf: each noisy pod's CPU limit in millicores, to sweep (0 = none; default 0)"},
-	{"change", "change: the kinds of change to time, each made and taken back again and again (see cnibench list; default all)"},
-	{"sync", "change, lab: partial,full: the proxy programs only what changed (kube-proxy's partial sync) or every Service again (default partial)"},
-	{"streams", "parallel streams to sweep: iperf3 -P for tcp,udp; concurrent netperf instances for rr,crr,udprr, rates summed (default 1)"},
-	{"msg-size", "message sizes in bytes to sweep: iperf3 -l (tcp write, udp datagram), netperf -r request and response (default: the tool's; udp stays under the pod MTU)"},
-	{"fragment", "allow: send UDP messages larger than one packet at the pod MTU fragmented (default: such a case is skipped)"},
-	{"repeat", "trials per case (default 12)"},
-	{"duration", "seconds per trial (default 10)"},
-	{"warmup", "seconds of the warm-up trial the statistics skip; 0 = none (default 2)"},
-	{"cpus", "CLIENT,SERVER CPUs the client and server are pinned to (default 0,1)"},
-	{"mtu", "underlay MTU, 576..9000 (default 1500; pods get it less the overlay overhead)"},
-	{"nodes", "lab: node count (default 2); kube: the nodes to use, A,B (default: two Ready, schedulable nodes)"},
-	{"copies", "identical copies of each case, measured side by side (an A/A test of the noise; default 1)"},
+// caseFlags are the run flags that are plan keys (same names as in plan files): the case's
+// scenario, dataplane, placement and protocol, the case parameters (internal/param: their
+// help is their declaration's, with the values this build has) and the run's settings.
+func caseFlags() []struct{ name, help string } {
+	cat := catalog()
+	flags := []struct{ name, help string }{
+		{"scenario", "scenario: " + strings.Join(scenario.Names(), ", ")},
+		{"dataplane", "dataplane presets, comma-separated (e.g. flannel,calico; baseline: bare,node2node)"},
+		{"placement", "placements: intra,inter"},
+		{"protocol", "protocols: tcp,udp,rr,crr,udprr"},
+	}
+	for _, p := range param.All() {
+		help := p.Help
+		if vals := p.Allowed(cat.Words[p.Key]); p.Kind == param.Word && len(vals) > 0 {
+			help += "; one of " + strings.Join(vals, ", ")
+		}
+		if p.Kind == param.Int {
+			help += fmt.Sprintf(" (%d..%d)", p.Min, p.Max)
+		}
+		flags = append(flags, struct{ name, help string }{p.Key, help})
+	}
+	return append(flags, []struct{ name, help string }{
+		{"repeat", "trials per case (default 12)"},
+		{"duration", "seconds per trial (default 10)"},
+		{"warmup", "seconds of the warm-up trial the statistics skip; 0 = none (default 2)"},
+		{"cpus", "CLIENT,SERVER CPUs the client and server are pinned to (default 0,1)"},
+		{"mtu", "underlay MTU, 576..9000 (default 1500; pods get it less the overlay overhead)"},
+		{"nodes", "lab: node count (default 2); kube: the nodes to use, A,B (default: two Ready, schedulable nodes)"},
+		{"copies", "identical copies of each case, measured side by side (an A/A test of the noise; default 1)"},
+	}...)
 }
 
 // settingsFlags are the run's scheduling and stopping settings (not plan keys: plan.json
@@ -213,15 +207,7 @@ Examples:
 	}
 	f := cmd.Flags()
 	f.StringVar(&planFile, "plan", "", "plan file (YAML list of case groups); flags given too override its keys")
-	for _, cf := range caseFlags {
-		switch cf.name {
-		case "scenario":
-			cf.help = "scenario: " + strings.Join(scenario.Names(), ", ")
-		case "proxy":
-			cf.help += ": " + strings.Join(dataplane.Proxies(), ", ")
-		case "policy":
-			cf.help += ": " + strings.Join(dataplane.PolicyEngines(), ", ")
-		}
+	for _, cf := range caseFlags() {
 		vals[cf.name] = f.String(cf.name, "", cf.help)
 	}
 	var backendNames []string

@@ -80,6 +80,14 @@ type Driver interface {
 	Parse(out []byte, s Spec) (Metrics, error)
 }
 
+// HasDataPort tells whether driver d's tool opens a data connection besides its control
+// connection, on the port the client names (Spec.DataPort: netperf's test connection), which a
+// Service or a NodePort in front of the server must forward too.
+func HasDataPort(d Driver) bool {
+	_, ok := d.(interface{ dataPort() })
+	return ok
+}
+
 const (
 	// DefaultDurationS replaces a zero Spec.DurationS: iperf3 -t 0 would run forever.
 	DefaultDurationS = 10

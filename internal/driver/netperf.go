@@ -35,6 +35,9 @@ var netperfLatency = []struct{ key, metric string }{
 
 func (netperf) Name() string { return "netperf" }
 
+// dataPort: netperf's test runs on a data connection of its own (HasDataPort).
+func (netperf) dataPort() {}
+
 // ServerCommand runs netserver in the foreground: -D means "do not daemonize" in 2.7.0.
 func (netperf) ServerCommand(port int) []string {
 	return []string{"netserver", "-D", "-p", strconv.Itoa(orDefault(port, ServerPort("netperf")))}

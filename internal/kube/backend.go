@@ -165,7 +165,7 @@ func (*backend) Resolve(cases []result.CaseSpec) ([]result.CaseSpec, error) {
 		c.Backend = backendName
 		c.MTU, c.Nodes = 0, 0 // a cluster has its own
 		c.Sync = ""           // and its proxy syncs the way it does: the same case on the cluster
-		if c.Scenario != "baseline" {
+		if !c.IsBaseline() {
 			c.Dataplane, c.Attach, c.Overlay, c.Proxy, c.Policy = clusterDataplane, "", "", "", ""
 		}
 		c.ID = c.MakeID()

@@ -198,7 +198,7 @@ func TestResolveRejectsLabParts(t *testing.T) {
 	b := &backend{}
 	for _, part := range []string{"proxy", "policy"} {
 		cs := planned("p2s", "flannel", "inter", "tcp", func(c *result.Case) { c.Services = 10; c.Proxy, c.Policy = "nftables", "nftables" })
-		cs.Case.ID = cs.Case.WithParts(part == "proxy", part == "policy")
+		cs.Case.ID = cs.Case.WithParts(part)
 		_, err := b.Resolve([]result.CaseSpec{planned("p2p", "flannel", "inter", "tcp", nil), cs})
 		want := "case " + cs.Case.ID + ": proxy and policy choose lab implementations; a cluster runs its own (remove proxy/policy for --backend kube)"
 		if err == nil || err.Error() != want || !errors.Is(err, cluster.ErrBadInput) {

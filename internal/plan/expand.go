@@ -2,23 +2,24 @@ package plan
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
+	"github.com/cnibench/cnibench/internal/param"
 	"github.com/cnibench/cnibench/internal/result"
 )
 
 // Expand validates the groups (Validate with each group's own Source; each case passes its
-// scenario's Check) and returns their
-// cases in order: groups in file order, then dataplane > placement > protocol > services >
-// policies > pods > replicas > proxy > policy > nf > chain-length > rules >
-// external-traffic-policy > vnf > cpu-limit > cpu-isolation > frame-size > lb > search > change > sync >
-// noisy > noisy-cpu-limit > streams > msg-size > fragment > copy. Dataplane x
+// scenario's Check) and returns their cases in order: groups in file order, then dataplane >
+// placement > protocol > the case parameters in their order (internal/param: services >
+// policies > pods > replicas > proxy > ... > fragment) > copy. Dataplane x
 // placement combinations the scenario's Valid rejects are dropped. The underlay MTU and node count are case labels (in
 // the id when not the defaults), so a plan can sweep them; copies (default 1) plans each case
 // that many times, the later copies with "/copy=N" in the id. A case whose ID an earlier case
 // already has is dropped (planned once), unless the two differ in a label or in a setting
 // (repeat, duration, warmup, cpus): that is an error naming both groups, since their results
-// would be mixed up. A group that names proxies or policies gets them in its ids
-// (Case.WithParts).
+// would be mixed up. A group that names parts (proxies, policy engines: param.Named) gets
+// them in its ids (Case.WithParts).
 //
 // Keys no group sets come from d. A default CPU this host does not have wraps around
 // (CPU 1 on a 1-CPU host is CPU 0), so the built-in defaults work everywhere; CPUs a plan or
@@ -65,7 +66,7 @@ func Expand(groups []Group, cat Catalog, backend string, d Defaults) ([]CaseSpec
 				cs.Tool = cat.Tools(cs.Protocol)
 			}
 			cs.MTU, cs.Nodes = mtu, nodes
-			cs.ID = cs.WithParts(g.Proxy != nil, g.Policy != nil)
+			cs.ID = cs.WithParts(slices.Collect(maps.Keys(g.Words))...)
 			if info.Check != nil {
 				if err := info.Check(cs); err != nil {
 					return nil, c.fail("", -1, "case %s: %v", cs.ID, err)
@@ -87,41 +88,20 @@ func Expand(groups []Group, cat Catalog, backend string, d Defaults) ([]CaseSpec
 }
 
 // cases are the combinations of a group's dimensions in the documented order (the first
-// dimension outermost), with the copy number when copies > 1.
+// dimension outermost; the case parameters in their order), with the copy number when
+// copies > 1. A parameter's neutral value is stored as its default (param.Param.Store).
 func (res resolved) cases(scen, backend string, copies int) []result.Case {
 	cs := []result.Case{{Scenario: scen, Backend: backend}}
 	cs = along(cs, res.dataplanes, func(c *result.Case, v string) { c.Dataplane = v })
 	cs = along(cs, res.placements, func(c *result.Case, v string) { c.Placement = v })
 	cs = along(cs, res.protocols, func(c *result.Case, v string) { c.Protocol = v })
-	cs = along(cs, res.services, func(c *result.Case, v int) { c.Services = v })
-	cs = along(cs, res.policies, func(c *result.Case, v int) { c.Policies = v })
-	cs = along(cs, res.pods, func(c *result.Case, v int) { c.Pods = v })
-	cs = along(cs, res.replicas, func(c *result.Case, v int) { c.Replicas = v })
-	cs = along(cs, res.proxies, func(c *result.Case, v string) { c.Proxy = v })
-	cs = along(cs, res.policyNames, func(c *result.Case, v string) { c.Policy = v })
-	cs = along(cs, res.nfs, func(c *result.Case, v string) { c.NF = v })
-	cs = along(cs, res.lengths, func(c *result.Case, v int) { c.ChainLength = v })
-	cs = along(cs, res.rules, func(c *result.Case, v int) { c.Rules = v })
-	cs = along(cs, res.etps, func(c *result.Case, v string) { c.ExternalTrafficPolicy = v })
-	cs = along(cs, res.vnfs, func(c *result.Case, v string) { c.VNF = v })
-	cs = along(cs, res.cpuLimits, func(c *result.Case, v int) { c.CPULimit = v })
-	cs = along(cs, res.isolations, func(c *result.Case, v string) { c.CPUIsolation = v })
-	cs = along(cs, res.frameSizes, func(c *result.Case, v int) { c.FrameSize = v })
-	cs = along(cs, res.lbs, func(c *result.Case, v string) { c.LB = v })
-	cs = along(cs, res.searches, func(c *result.Case, v string) { c.Search = v })
-	cs = along(cs, res.changes, func(c *result.Case, v string) { c.Change = v })
-	cs = along(cs, res.syncs, func(c *result.Case, v string) { c.Sync = v })
-	cs = along(cs, res.noisy, func(c *result.Case, v int) { c.Noisy = v })
-	cs = along(cs, res.noisyLimits, func(c *result.Case, v int) { c.NoisyCPULimit = v })
-	// One stream is the default: such a case carries 0, as one of a plan that sets none, so
-	// both have one id and the same labels.
-	cs = along(cs, res.streams, func(c *result.Case, v int) {
-		if c.Streams = v; v == 1 {
-			c.Streams = 0
+	for _, p := range param.All() {
+		if p.Kind == param.Int {
+			cs = along(cs, res.ints[p.Key], func(c *result.Case, v int) { c.SetInt(p.Key, p.Store(v)) })
+		} else {
+			cs = along(cs, res.words[p.Key], func(c *result.Case, v string) { c.SetWord(p.Key, v) })
 		}
-	})
-	cs = along(cs, res.msgSizes, func(c *result.Case, v int) { c.MsgSize = v })
-	cs = along(cs, res.fragments, func(c *result.Case, v string) { c.Fragment = v })
+	}
 	if copies > 1 {
 		var nums []int
 		for n := 1; n <= copies; n++ {

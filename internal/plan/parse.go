@@ -2,12 +2,14 @@ package plan
 
 import (
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/param"
 
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,7 +80,7 @@ func Parse(data []byte, source string) ([]Group, error) {
 				if kn.Kind != yaml.ScalarNode {
 					path = gp
 				}
-				return nil, fail(path, "unknown key (valid keys: %s)", strings.Join(Keys, ", "))
+				return nil, fail(path, "unknown key (valid keys: %s)", strings.Join(Keys(), ", "))
 			}
 			if l, dup := firstLine[key]; dup {
 				return nil, fail(path, "duplicate key (first on line %d)", l)
@@ -111,14 +113,7 @@ func isNull(n *yaml.Node) bool {
 	return n == nil || n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }
 
-func isKey(k string) bool {
-	for _, key := range Keys {
-		if key == k {
-			return true
-		}
-	}
-	return false
-}
+func isKey(k string) bool { return slices.Contains(Keys(), k) }
 
 const noValue = "no value (give a value or remove the key)"
 
@@ -169,32 +164,39 @@ func (g *Group) setNode(key string, n *yaml.Node) (string, string) {
 			return "", msg
 		}
 		*g.intPtr(key) = &v
-	case g.strList(key) != nil:
+	default:
 		items, p, msg := nodeList(n)
 		if msg != "" {
 			return p, msg
+		}
+		if pp, ok := param.Lookup(key); ok && pp.Kind == param.Int {
+			list := make([]int, len(items))
+			for k, e := range items {
+				v, msg := nodeInt(e)
+				if msg != "" {
+					return fmt.Sprintf("[%d]", k), msg
+				}
+				list[k] = v
+			}
+			g.setInts(key, list)
+			return "", ""
 		}
 		list := make([]string, len(items))
 		for k, e := range items {
 			list[k] = strings.TrimSpace(e.Value)
 		}
-		*g.strList(key) = list
-	case g.intList(key) != nil:
-		items, p, msg := nodeList(n)
-		if msg != "" {
-			return p, msg
-		}
-		list := make([]int, len(items))
-		for k, e := range items {
-			v, msg := nodeInt(e)
-			if msg != "" {
-				return fmt.Sprintf("[%d]", k), msg
-			}
-			list[k] = v
-		}
-		*g.intList(key) = list
+		g.setList(key, list)
 	}
 	return "", ""
+}
+
+// setList sets a list key of words: dataplane, placement, protocol or a Word parameter.
+func (g *Group) setList(key string, list []string) {
+	if l := g.strList(key); l != nil {
+		*l = list
+		return
+	}
+	g.setWords(key, list)
 }
 
 // nodeList returns the scalar items of a list value: a YAML sequence of scalars, or one
@@ -273,7 +275,7 @@ func FromFlags(values map[string]string) (Group, error) {
 		}
 		switch {
 		case !isKey(key):
-			return Group{}, fail("unknown key (valid keys: %s)", strings.Join(Keys, ", "))
+			return Group{}, fail("unknown key (valid keys: %s)", strings.Join(Keys(), ", "))
 		case key == "scenario":
 			g.Scenario = strings.TrimSpace(s)
 		case key == "cpus":
@@ -288,17 +290,27 @@ func FromFlags(values map[string]string) (Group, error) {
 				return Group{}, fail("%q is not an integer", s)
 			}
 			*g.intPtr(key) = &v
-		case g.strList(key) != nil:
-			*g.strList(key) = cluster.ParseList(s)
-		case g.intList(key) != nil:
+		case isInt(key):
 			list, err := ParseInts(flag, s)
 			if err != nil {
 				return Group{}, err
 			}
-			*g.intList(key) = list
+			if list != nil {
+				g.setInts(key, list)
+			}
+		default:
+			if list := cluster.ParseList(s); list != nil {
+				g.setList(key, list)
+			}
 		}
 	}
 	return g, nil
+}
+
+// isInt tells whether key is an Int parameter's.
+func isInt(key string) bool {
+	p, ok := param.Lookup(key)
+	return ok && p.Kind == param.Int
 }
 
 // ParseInts parses a comma-separated list of integers ("1,10,100"); "" -> nil. flag names

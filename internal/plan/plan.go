@@ -25,48 +25,34 @@
 package plan
 
 import (
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/cnibench/cnibench/internal/param"
 	"github.com/cnibench/cnibench/internal/result"
 	"github.com/cnibench/cnibench/internal/scenario"
+
+	"gopkg.in/yaml.v3"
 )
 
-// Keys are the keys of a case group, in the order they are documented and checked. They are
-// also the names of the command-line flags (without "--").
-var Keys = []string{
-	"scenario", "dataplane", "placement", "protocol",
-	"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules",
-	"external-traffic-policy", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb",
-	"search", "noisy", "noisy-cpu-limit", "change", "sync", "streams", "msg-size", "fragment",
-	"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies",
+// Keys are the keys of a case group, in the order they are documented and checked: the case's
+// scenario, dataplane, placement and protocol, the case parameters (internal/param, in their
+// order) and the run's settings. They are also the names of the command-line flags (without
+// "--").
+func Keys() []string {
+	keys := []string{"scenario", "dataplane", "placement", "protocol"}
+	keys = append(keys, param.Keys()...)
+	return append(keys, settingKeys...)
 }
+
+// settingKeys are the keys that set how a group's cases run, not what they are (mtu and nodes
+// are labels of the lab's shape, one value per group).
+var settingKeys = []string{"repeat", "duration", "warmup", "cpus", "mtu", "nodes", "copies"}
 
 // Placements are the placements a scenario allows when its scenario.Info.Placements is nil.
 var Placements = []string{"intra", "inter"}
-
-// ExternalTrafficPolicies are the values of key external-traffic-policy: a NodePort Service's
-// externalTrafficPolicy, Kubernetes' Cluster and Local in lower case.
-var ExternalTrafficPolicies = []string{"cluster", "local"}
-
-// CPUIsolations are the values of key cpu-isolation: a VNF pod's CPUs shared with the node's
-// other pods (Kubernetes' Burstable) or exclusive to it (Guaranteed, static CPU manager).
-var CPUIsolations = []string{"shared", "exclusive"}
-
-// LoadBalancers are the values of key lb: what spreads a VNF's traffic over its replicas, a
-// Service (the data plane's proxy) or an ingress (a user-space UDP load balancer pod).
-// (on the generator's node; ingress-remote: on the other node, as seed 002's Ingress
-// controller moved off the node traffic enters by).
-var LoadBalancers = []string{"service", "ingress", "ingress-remote"}
-
-// SyncModes are the values of key sync: how the lab's proxy programs a change, only what
-// changed (as kube-proxy's partial syncs do) or every Service again (a full resync).
-var SyncModes = []string{"partial", "full"}
-
-// FragmentModes are the values of key fragment: "allow" sends UDP messages larger than one
-// packet at the pod MTU fragmented.
-var FragmentModes = []string{result.FragmentAllow}
 
 // Catalog describes what this build and host can run.
 type Catalog struct {
@@ -74,74 +60,36 @@ type Catalog struct {
 	Dataplanes []string                     // lab presets
 	Tools      func(protocol string) string // protocol -> tool name for Case.Tool; nil = ""
 	NumCPU     int                          // CPUs of this host; 0 = unknown (only >= 0 is checked)
-	// Proxies and Policies are the lab's Service implementations and policy engines, NFs the
-	// network-function kinds of chains (nil = any value is accepted).
-	Proxies, Policies, NFs []string
-	// VNFs are the kinds of packet-forwarding VNF of the vnf scenario (nil = any).
-	VNFs []string
-	// Searches are the ways a VNF trial finds its rates (nil = any).
-	Searches []string
-	// Changes are the kinds of change the change scenario makes (nil = any).
-	Changes []string
+	// Words are the values this build has for Word parameters that declare none of their own
+	// (param.Param.Allowed), by key: the lab's proxies and policy engines, the chains'
+	// network-function kinds (nil or missing = any value is accepted).
+	Words map[string][]string
 }
 
 // Group is one case group of a plan (or the flags). A nil slice or pointer means the key is
 // unset: the scenario's default or Defaults applies, and Merge leaves the base value alone.
 // An empty Scenario is unset too.
 type Group struct {
-	Scenario  string   `yaml:"scenario,omitempty"`
-	Dataplane []string `yaml:"dataplane,omitempty,flow"`
-	Placement []string `yaml:"placement,omitempty,flow"`
-	Protocol  []string `yaml:"protocol,omitempty,flow"`
-	Services  []int    `yaml:"services,omitempty,flow"`
-	Policies  []int    `yaml:"policies,omitempty,flow"`
-	Pods      []int    `yaml:"pods,omitempty,flow"`
-	Replicas  []int    `yaml:"replicas,omitempty,flow"`
-	Proxy     []string `yaml:"proxy,omitempty,flow"`
-	Policy    []string `yaml:"policy,omitempty,flow"`
-	// NF, ChainLength and Rules sweep a service-function chain's network-function kinds, its
-	// length and its NFs' firewall rule counts; VNF, CPULimit, CPUIsolation and FrameSize a
-	// packet-forwarding VNF's kind, CPU limit (millicores, 0 = none) and isolation, the frame
-	// size its traffic has, and its load balancer.
-	NF           []string `yaml:"nf,omitempty,flow"`
-	ChainLength  []int    `yaml:"chain-length,omitempty,flow"`
-	Rules        []int    `yaml:"rules,omitempty,flow"`
-	VNF          []string `yaml:"vnf,omitempty,flow"`
-	CPULimit     []int    `yaml:"cpu-limit,omitempty,flow"`
-	CPUIsolation []string `yaml:"cpu-isolation,omitempty,flow"`
-	FrameSize    []int    `yaml:"frame-size,omitempty,flow"`
-	LB           []string `yaml:"lb,omitempty,flow"`
-	// Search sweeps how a VNF trial finds its rates (mlr, binary, ramp); Noisy the CPU-bound
-	// pods beside the VNF and NoisyCPULimit their CPU limit (millicores, 0 = none).
-	Search        []string `yaml:"search,omitempty,flow"`
-	Noisy         []int    `yaml:"noisy,omitempty,flow"`
-	NoisyCPULimit []int    `yaml:"noisy-cpu-limit,omitempty,flow"`
-	// Change sweeps the kind of change the change scenario makes (service-add, ...); Sync how
-	// the lab's proxy programs it (partial, full).
-	Change []string `yaml:"change,omitempty,flow"`
-	Sync   []string `yaml:"sync,omitempty,flow"`
-	// Streams sweeps the parallel streams of a trial (iperf3 -P; for rr and crr concurrent
-	// netperf instances), MsgSize its message size in bytes (iperf3 -l, netperf -r).
-	Streams []int `yaml:"streams,omitempty,flow"`
-	MsgSize []int `yaml:"msg-size,omitempty,flow"`
-	// Fragment "allow" lets a UDP message larger than one packet at the pod MTU be sent
-	// fragmented (unset: such a case is skipped).
-	Fragment []string `yaml:"fragment,omitempty,flow"`
-	Repeat   *int     `yaml:"repeat,omitempty"`   // trials per case
-	Duration *int     `yaml:"duration,omitempty"` // seconds per trial
-	Warmup   *int     `yaml:"warmup,omitempty"`   // seconds of the warm-up trial; 0 = none
-	CPUs     *[2]int  `yaml:"cpus,omitempty,flow"`
-	MTU      *int     `yaml:"mtu,omitempty"` // underlay MTU
-	Nodes    *int     `yaml:"nodes,omitempty"`
-	Copies   *int     `yaml:"copies,omitempty"` // identical copies of each case (an A/A test); default 1
+	Scenario  string
+	Dataplane []string
+	Placement []string
+	Protocol  []string
+	// Ints and Words sweep the case parameters (internal/param) by key: a key is set when it
+	// is in the map ("services": [1, 10]).
+	Ints  map[string][]int
+	Words map[string][]string
 
-	// ExternalTrafficPolicy sweeps the externalTrafficPolicy of a NodePort Service reached from
-	// outside the cluster (n2s): cluster, local.
-	ExternalTrafficPolicy []string `yaml:"external-traffic-policy,omitempty,flow"`
+	Repeat   *int    // trials per case
+	Duration *int    // seconds per trial
+	Warmup   *int    // seconds of the warm-up trial; 0 = none
+	CPUs     *[2]int // the client's and server's CPUs
+	MTU      *int    // underlay MTU
+	Nodes    *int
+	Copies   *int // identical copies of each case (an A/A test); default 1
 
 	// Source is where the group came from (the plan file path, or "flags"); Validate and
 	// Expand name it in errors. Load and FromFlags set it.
-	Source string `yaml:"-"`
+	Source string
 
 	// flagKeys are the keys Merge took from the flags; errors about them name the flag.
 	flagKeys map[string]bool
@@ -205,7 +153,7 @@ func Merge(base []Group, over Group) []Group {
 	out := make([]Group, len(base))
 	for i, b := range base {
 		g := b.clone()
-		for _, k := range Keys {
+		for _, k := range Keys() {
 			if !over.isSet(k) {
 				continue
 			}
@@ -218,6 +166,43 @@ func Merge(base []Group, over Group) []Group {
 		out[i] = g
 	}
 	return out
+}
+
+// MarshalYAML writes the group as a plan file's case group: its set keys in Keys order.
+func (g Group) MarshalYAML() (any, error) {
+	m := &yaml.Node{Kind: yaml.MappingNode}
+	for _, k := range Keys() {
+		if !g.isSet(k) {
+			continue
+		}
+		var v any
+		switch {
+		case k == "scenario":
+			v = g.Scenario
+		case k == "cpus":
+			v = *g.CPUs
+		case g.strList(k) != nil:
+			v = *g.strList(k)
+		case g.intPtr(k) != nil:
+			v = **g.intPtr(k)
+		case g.Ints[k] != nil:
+			v = g.Ints[k]
+		default:
+			v = g.Words[k]
+		}
+		var kn, vn yaml.Node
+		if err := kn.Encode(k); err != nil {
+			return nil, err
+		}
+		if err := vn.Encode(v); err != nil {
+			return nil, err
+		}
+		if vn.Kind == yaml.SequenceNode {
+			vn.Style = yaml.FlowStyle
+		}
+		m.Content = append(m.Content, &kn, &vn)
+	}
+	return m, nil
 }
 
 func ptrClone[T any](p *T) *T {
@@ -233,29 +218,13 @@ func (g Group) clone() Group {
 	c.Dataplane = slices.Clone(g.Dataplane)
 	c.Placement = slices.Clone(g.Placement)
 	c.Protocol = slices.Clone(g.Protocol)
-	c.Services = slices.Clone(g.Services)
-	c.Policies = slices.Clone(g.Policies)
-	c.Pods = slices.Clone(g.Pods)
-	c.Replicas = slices.Clone(g.Replicas)
-	c.Proxy = slices.Clone(g.Proxy)
-	c.Policy = slices.Clone(g.Policy)
-	c.NF = slices.Clone(g.NF)
-	c.ChainLength = slices.Clone(g.ChainLength)
-	c.Rules = slices.Clone(g.Rules)
-	c.VNF = slices.Clone(g.VNF)
-	c.CPULimit = slices.Clone(g.CPULimit)
-	c.CPUIsolation = slices.Clone(g.CPUIsolation)
-	c.FrameSize = slices.Clone(g.FrameSize)
-	c.LB = slices.Clone(g.LB)
-	c.Search = slices.Clone(g.Search)
-	c.Change = slices.Clone(g.Change)
-	c.Sync = slices.Clone(g.Sync)
-	c.Noisy = slices.Clone(g.Noisy)
-	c.NoisyCPULimit = slices.Clone(g.NoisyCPULimit)
-	c.Streams = slices.Clone(g.Streams)
-	c.MsgSize = slices.Clone(g.MsgSize)
-	c.Fragment = slices.Clone(g.Fragment)
-	c.ExternalTrafficPolicy = slices.Clone(g.ExternalTrafficPolicy)
+	c.Ints, c.Words = nil, nil
+	for k, v := range g.Ints {
+		c.setInts(k, slices.Clone(v))
+	}
+	for k, v := range g.Words {
+		c.setWords(k, slices.Clone(v))
+	}
 	c.Repeat = ptrClone(g.Repeat)
 	c.Duration = ptrClone(g.Duration)
 	c.Warmup = ptrClone(g.Warmup)
@@ -263,16 +232,25 @@ func (g Group) clone() Group {
 	c.MTU = ptrClone(g.MTU)
 	c.Nodes = ptrClone(g.Nodes)
 	c.Copies = ptrClone(g.Copies)
-	if g.flagKeys != nil {
-		c.flagKeys = make(map[string]bool, len(g.flagKeys))
-		for k, v := range g.flagKeys {
-			c.flagKeys[k] = v
-		}
-	}
+	c.flagKeys = maps.Clone(g.flagKeys)
 	return c
 }
 
-// strList and intList return the list field of key k (nil for scalar keys).
+func (g *Group) setInts(k string, v []int) {
+	if g.Ints == nil {
+		g.Ints = map[string][]int{}
+	}
+	g.Ints[k] = v
+}
+
+func (g *Group) setWords(k string, v []string) {
+	if g.Words == nil {
+		g.Words = map[string][]string{}
+	}
+	g.Words[k] = v
+}
+
+// strList returns the list field of key k (nil for other keys).
 func (g *Group) strList(k string) *[]string {
 	switch k {
 	case "dataplane":
@@ -281,58 +259,6 @@ func (g *Group) strList(k string) *[]string {
 		return &g.Placement
 	case "protocol":
 		return &g.Protocol
-	case "proxy":
-		return &g.Proxy
-	case "policy":
-		return &g.Policy
-	case "nf":
-		return &g.NF
-	case "external-traffic-policy":
-		return &g.ExternalTrafficPolicy
-	case "vnf":
-		return &g.VNF
-	case "cpu-isolation":
-		return &g.CPUIsolation
-	case "lb":
-		return &g.LB
-	case "search":
-		return &g.Search
-	case "change":
-		return &g.Change
-	case "sync":
-		return &g.Sync
-	case "fragment":
-		return &g.Fragment
-	}
-	return nil
-}
-
-func (g *Group) intList(k string) *[]int {
-	switch k {
-	case "services":
-		return &g.Services
-	case "policies":
-		return &g.Policies
-	case "pods":
-		return &g.Pods
-	case "replicas":
-		return &g.Replicas
-	case "chain-length":
-		return &g.ChainLength
-	case "rules":
-		return &g.Rules
-	case "cpu-limit":
-		return &g.CPULimit
-	case "frame-size":
-		return &g.FrameSize
-	case "noisy":
-		return &g.Noisy
-	case "noisy-cpu-limit":
-		return &g.NoisyCPULimit
-	case "streams":
-		return &g.Streams
-	case "msg-size":
-		return &g.MsgSize
 	}
 	return nil
 }
@@ -356,6 +282,12 @@ func (g *Group) intPtr(k string) **int {
 }
 
 func (g *Group) isSet(k string) bool {
+	if _, ok := g.Ints[k]; ok {
+		return true
+	}
+	if _, ok := g.Words[k]; ok {
+		return true
+	}
 	switch {
 	case k == "scenario":
 		return g.Scenario != ""
@@ -363,8 +295,6 @@ func (g *Group) isSet(k string) bool {
 		return g.CPUs != nil
 	case g.strList(k) != nil:
 		return *g.strList(k) != nil
-	case g.intList(k) != nil:
-		return *g.intList(k) != nil
 	case g.intPtr(k) != nil:
 		return *g.intPtr(k) != nil
 	}
@@ -372,6 +302,14 @@ func (g *Group) isSet(k string) bool {
 }
 
 func (g *Group) copyKey(k string, from *Group) {
+	if v, ok := from.Ints[k]; ok {
+		g.setInts(k, slices.Clone(v))
+		return
+	}
+	if v, ok := from.Words[k]; ok {
+		g.setWords(k, slices.Clone(v))
+		return
+	}
 	switch {
 	case k == "scenario":
 		g.Scenario = from.Scenario
@@ -379,8 +317,6 @@ func (g *Group) copyKey(k string, from *Group) {
 		g.CPUs = ptrClone(from.CPUs)
 	case g.strList(k) != nil:
 		*g.strList(k) = slices.Clone(*from.strList(k))
-	case g.intList(k) != nil:
-		*g.intList(k) = slices.Clone(*from.intList(k))
 	case g.intPtr(k) != nil:
 		*g.intPtr(k) = ptrClone(*from.intPtr(k))
 	}

@@ -44,7 +44,7 @@ func testCatalog() Catalog {
 	}
 }
 
-const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit, change, sync, streams, msg-size, fragment, repeat, duration, warmup, cpus, mtu, nodes, copies"
+const validKeys = "valid keys: scenario, dataplane, placement, protocol, services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, change, sync, noisy, noisy-cpu-limit, streams, msg-size, fragment, repeat, duration, warmup, cpus, mtu, nodes, copies"
 
 func mustParse(t *testing.T, text string) []Group {
 	t.Helper()
@@ -232,7 +232,7 @@ func TestValidateErrors(t *testing.T) {
 
 func TestValidateUnusedParam(t *testing.T) {
 	err := Validate(mustParse(t, "- scenario: baseline\n  services: [5]\n"), testCatalog(), "plans/x.yaml")
-	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, noisy, noisy-cpu-limit, change, sync, streams, msg-size, fragment it uses none of them): remove it"
+	want := "plans/x.yaml: [0].services: scenario baseline does not use services (of services, policies, pods, replicas, proxy, policy, nf, chain-length, rules, external-traffic-policy, vnf, cpu-limit, cpu-isolation, frame-size, lb, search, change, sync, noisy, noisy-cpu-limit, streams, msg-size, fragment it uses none of them): remove it"
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
@@ -300,7 +300,7 @@ func TestParseForms(t *testing.T) {
 	zero, five, mtu := 0, 5, 1024
 	want := []Group{
 		{Scenario: "p2p", Dataplane: []string{"flannel"}, Protocol: []string{"tcp", "udp"}, Placement: []string{"intra"},
-			Services: []int{100}, Policies: []int{1, 10}, Pods: []int{3}, CPUs: &[2]int{1, 0}, Warmup: &zero, Source: "plans/x.yaml"},
+			Ints: map[string][]int{"services": {100}, "policies": {1, 10}, "pods": {3}}, CPUs: &[2]int{1, 0}, Warmup: &zero, Source: "plans/x.yaml"},
 		{Scenario: "baseline", CPUs: &[2]int{0, 1}, Repeat: &five, MTU: &mtu, Source: "plans/x.yaml"},
 	}
 	if !reflect.DeepEqual(g, want) {
@@ -743,7 +743,7 @@ func TestFromFlags(t *testing.T) {
 		"cpus": "0,1", "proxy": "", "mtu": "1400",
 	})
 	four, mtu := 4, 1400
-	want := Group{Scenario: "p2p", Dataplane: []string{"flannel", "calico"}, Services: []int{1, 10}, Repeat: &four,
+	want := Group{Scenario: "p2p", Dataplane: []string{"flannel", "calico"}, Ints: map[string][]int{"services": {1, 10}}, Repeat: &four,
 		CPUs: &[2]int{0, 1}, MTU: &mtu, Source: "flags"}
 	if !reflect.DeepEqual(g, want) {
 		t.Errorf("got  %+v\nwant %+v", g, want)
@@ -838,10 +838,10 @@ func TestMarshalRoundTrip(t *testing.T) {
 // scenario's defaults when unset, the crossing order (nf > chain-length > rules) and the ids.
 func TestExpandChainKeys(t *testing.T) {
 	cat := testCatalog()
-	cat.NFs = []string{"route-iptables", "xdp"}
+	cat.Words = map[string][]string{"nf": {"route-iptables", "xdp"}}
 	cat.Scenarios["chain"] = scenario.Info{
 		Dataplanes: []string{"bare"}, Placements: []string{"intra"}, Protocols: testProtocols, DefaultProtocols: []string{"tcp"},
-		Params: []string{"nf", "chain-length", "rules"}, DefaultNFs: []string{"route-iptables"},
+		Params: []string{"nf", "chain-length", "rules"}, DefaultStrs: map[string][]string{"nf": {"route-iptables"}},
 		DefaultInts: map[string][]int{"chain-length": {1}, "rules": {10}},
 	}
 	specs, err := Expand(mustParse(t, "- scenario: chain\n- scenario: chain\n  nf: [xdp, route-iptables]\n  chain-length: [1, 4]\n  rules: 10000\n"), cat, "lab", BuiltinDefaults())
@@ -918,7 +918,7 @@ func TestExpandExternalTrafficPolicy(t *testing.T) {
 // limit and size as scale suffixes); values checked; from the flags too.
 func TestExpandVNFKeys(t *testing.T) {
 	cat := testCatalog()
-	cat.VNFs = []string{"userspace", "kernel"}
+	cat.Words = map[string][]string{"vnf": {"userspace", "kernel"}}
 	cat.Scenarios["vnf"] = scenario.Info{
 		Placements: []string{"intra", "inter", "split"}, Protocols: []string{"gtpu", "udp"}, DefaultProtocols: []string{"gtpu"},
 		DefaultDataplanes: []string{"flannel"}, Params: []string{"replicas", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb"},
@@ -946,7 +946,7 @@ func TestExpandVNFKeys(t *testing.T) {
 		specs[1].Case.LB != "ingress" || specs[1].Case.ID != "vnf/flannel/inter/gtpu/vnf=userspace/iso=shared/lb=ingress/size=256" {
 		t.Errorf("lb sweep: %v %v", ids(specs), err)
 	}
-	cat.Searches = []string{"binary", "mlr", "ramp"}
+	cat.Words["search"] = []string{"binary", "mlr", "ramp"}
 	cat.Scenarios["vnf"] = func(i scenario.Info) scenario.Info {
 		i.Params = append(i.Params, "search", "noisy", "noisy-cpu-limit")
 		return i

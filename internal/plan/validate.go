@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"github.com/cnibench/cnibench/internal/param"
 	"github.com/cnibench/cnibench/internal/scenario"
 
 	"fmt"
@@ -9,34 +10,18 @@ import (
 	"strings"
 )
 
-// paramKeys are the keys a scenario uses only when its Info.Params name them.
-var paramKeys = []string{"services", "policies", "pods", "replicas", "proxy", "policy", "nf", "chain-length", "rules", "external-traffic-policy",
-	"vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb", "search", "noisy", "noisy-cpu-limit", "change", "sync",
-	"streams", "msg-size", "fragment"}
-
 // bounds is the inclusive range of an integer key.
 type bounds struct{ lo, hi int }
 
-// ranges are the allowed values of the integer keys (cpus is checked against Catalog.NumCPU).
+// ranges are the allowed values of the integer settings (cpus is checked against
+// Catalog.NumCPU; a case parameter's are its declaration's).
 var ranges = map[string]bounds{
-	"services":        {0, 100000},
-	"policies":        {0, 100000},
-	"pods":            {0, 100000},
-	"replicas":        {1, 1000},
-	"chain-length":    {1, 32},
-	"rules":           {1, 100000},
-	"cpu-limit":       {0, 64000},
-	"frame-size":      {64, 1518},
-	"noisy":           {0, 64},
-	"noisy-cpu-limit": {0, 64000},
-	"streams":         {1, 64},
-	"msg-size":        {1, 1 << 20}, // iperf3's largest TCP block; a protocol's own limit is its driver's
-	"repeat":          {1, 1000},
-	"duration":        {1, 3600},
-	"warmup":          {0, 600},
-	"mtu":             {576, 9000}, // the pod MTU after overlay overhead is the lab's to check
-	"nodes":           {2, 64},
-	"copies":          {1, 10},
+	"repeat":   {1, 1000},
+	"duration": {1, 3600},
+	"warmup":   {0, 600},
+	"mtu":      {576, 9000}, // the pod MTU after overlay overhead is the lab's to check
+	"nodes":    {2, 64},
+	"copies":   {1, 10},
 }
 
 // Validate checks groups against the catalog and returns the first problem as a one-line
@@ -119,13 +104,12 @@ func allowedPlacements(info scenario.Info) []string {
 	return Placements
 }
 
-// resolved are a group's dimensions with the defaults filled in.
+// resolved are a group's dimensions with the defaults filled in: a case parameter's values
+// are the group's, else the scenario's default, else the parameter's own.
 type resolved struct {
-	dataplanes, placements, protocols, proxies, policyNames, nfs []string
-	services, policies, pods, replicas, lengths, rules           []int
-	etps                                                         []string // externalTrafficPolicy
-	vnfs, isolations, lbs, searches, changes, syncs, fragments   []string
-	cpuLimits, frameSizes, noisy, noisyLimits, streams, msgSizes []int
+	dataplanes, placements, protocols []string
+	ints                              map[string][]int
+	words                             map[string][]string
 }
 
 func orStr(v, def []string) []string {
@@ -151,34 +135,21 @@ func resolveGroup(g *Group, info scenario.Info, cat Catalog) resolved {
 	if len(protos) == 0 {
 		protos = info.Protocols
 	}
-	return resolved{
-		dataplanes:  orStr(g.Dataplane, dps),
-		placements:  orStr(g.Placement, allowedPlacements(info)),
-		protocols:   orStr(g.Protocol, protos),
-		proxies:     orStr(g.Proxy, []string{""}),
-		policyNames: orStr(g.Policy, []string{""}),
-		services:    orInt(g.Services, orInt(info.DefaultInts["services"], []int{0})),
-		policies:    orInt(g.Policies, orInt(info.DefaultInts["policies"], []int{0})),
-		pods:        orInt(g.Pods, orInt(info.DefaultInts["pods"], []int{0})),
-		replicas:    orInt(g.Replicas, orInt(info.DefaultInts["replicas"], []int{1})),
-		nfs:         orStr(g.NF, orStr(info.DefaultNFs, []string{""})),
-		lengths:     orInt(g.ChainLength, orInt(info.DefaultInts["chain-length"], []int{0})),
-		rules:       orInt(g.Rules, orInt(info.DefaultInts["rules"], []int{0})),
-		etps:        orStr(g.ExternalTrafficPolicy, orStr(info.DefaultStrs["external-traffic-policy"], []string{""})),
-		vnfs:        orStr(g.VNF, orStr(info.DefaultStrs["vnf"], []string{""})),
-		cpuLimits:   orInt(g.CPULimit, orInt(info.DefaultInts["cpu-limit"], []int{0})),
-		isolations:  orStr(g.CPUIsolation, orStr(info.DefaultStrs["cpu-isolation"], []string{""})),
-		frameSizes:  orInt(g.FrameSize, orInt(info.DefaultInts["frame-size"], []int{0})),
-		lbs:         orStr(g.LB, orStr(info.DefaultStrs["lb"], []string{""})),
-		searches:    orStr(g.Search, orStr(info.DefaultStrs["search"], []string{""})),
-		changes:     orStr(g.Change, orStr(info.DefaultStrs["change"], []string{""})),
-		syncs:       orStr(g.Sync, orStr(info.DefaultStrs["sync"], []string{""})),
-		noisy:       orInt(g.Noisy, orInt(info.DefaultInts["noisy"], []int{0})),
-		noisyLimits: orInt(g.NoisyCPULimit, orInt(info.DefaultInts["noisy-cpu-limit"], []int{0})),
-		streams:     orInt(g.Streams, []int{0}),
-		msgSizes:    orInt(g.MsgSize, []int{0}),
-		fragments:   orStr(g.Fragment, []string{""}),
+	res := resolved{
+		dataplanes: orStr(g.Dataplane, dps),
+		placements: orStr(g.Placement, allowedPlacements(info)),
+		protocols:  orStr(g.Protocol, protos),
+		ints:       map[string][]int{},
+		words:      map[string][]string{},
 	}
+	for _, p := range param.All() {
+		if p.Kind == param.Int {
+			res.ints[p.Key] = orInt(g.Ints[p.Key], orInt(info.DefaultInts[p.Key], []int{p.Default}))
+		} else {
+			res.words[p.Key] = orStr(g.Words[p.Key], orStr(info.DefaultStrs[p.Key], []string{""}))
+		}
+	}
+	return res
 }
 
 func validateGroup(c checker, cat Catalog) error {
@@ -191,14 +162,15 @@ func validateGroup(c checker, cat Catalog) error {
 		return c.fail("scenario", -1, "unknown scenario %q (valid: %s)", g.Scenario, oneOf(scenarioNames(cat)))
 	}
 
-	// Keys the scenario does not use.
-	for _, key := range paramKeys {
-		if g.isSet(key) && !slices.Contains(info.Params, key) {
-			uses := "none of them"
-			if len(info.Params) > 0 {
-				uses = strings.Join(info.Params, ", ")
+	// Parameters the scenario does not use.
+	uses := scenario.Uses(info)
+	for _, p := range param.All() {
+		if g.isSet(p.Key) && !slices.Contains(uses, p.Key) {
+			list := "none of them"
+			if len(uses) > 0 {
+				list = strings.Join(uses, ", ")
 			}
-			return c.fail(key, -1, "scenario %s does not use %s (of %s it uses %s): remove it", g.Scenario, key, strings.Join(paramKeys, ", "), uses)
+			return c.fail(p.Key, -1, "scenario %s does not use %s (of %s it uses %s): remove it", g.Scenario, p.Key, strings.Join(param.Keys(), ", "), list)
 		}
 	}
 
@@ -226,36 +198,10 @@ func validateGroup(c checker, cat Catalog) error {
 		}
 	}
 
-	// Integer lists.
-	for _, key := range []string{"services", "policies", "pods", "replicas", "chain-length", "rules", "cpu-limit", "frame-size", "noisy", "noisy-cpu-limit", "streams", "msg-size"} {
-		vals := *g.intList(key)
-		if vals != nil && len(vals) == 0 {
-			return c.fail(key, -1, "empty list (remove the key to use the default)")
-		}
-		r := ranges[key]
-		for i, v := range vals {
-			if v < r.lo || v > r.hi {
-				return c.fail(key, i, "%d out of range (%d..%d)", v, r.lo, r.hi)
-			}
-		}
-	}
-
-	// Free-form string lists.
-	for _, key := range []string{"proxy", "policy", "nf", "external-traffic-policy", "vnf", "cpu-isolation", "lb", "search", "change", "sync", "fragment"} {
-		vals := *g.strList(key)
-		if vals != nil && len(vals) == 0 {
-			return c.fail(key, -1, "empty list (remove the key to use the default)")
-		}
-		allowed := map[string][]string{"proxy": cat.Proxies, "policy": cat.Policies, "nf": cat.NFs, "external-traffic-policy": ExternalTrafficPolicies,
-			"vnf": cat.VNFs, "cpu-isolation": CPUIsolations, "lb": LoadBalancers, "search": cat.Searches,
-			"change": cat.Changes, "sync": SyncModes, "fragment": FragmentModes}[key]
-		for i, v := range vals {
-			if v == "" {
-				return c.fail(key, i, "empty value")
-			}
-			if allowed != nil && !slices.Contains(allowed, v) {
-				return c.fail(key, i, "unknown %s %q (valid: %s)", key, v, oneOf(allowed))
-			}
+	// The case parameters' lists.
+	for _, p := range param.All() {
+		if err := checkParam(c, cat, p); err != nil {
+			return err
 		}
 	}
 
@@ -306,6 +252,37 @@ func validateGroup(c checker, cat Catalog) error {
 		}
 		if !found {
 			return c.fail("placement", -1, "no valid dataplane x placement combination for scenario %s (valid placements for %s)", g.Scenario, strings.Join(hints, "; "))
+		}
+	}
+	return nil
+}
+
+// checkParam checks a group's values of parameter p: a range for an Int, allowed words for a
+// Word (its own, else the catalog's).
+func checkParam(c checker, cat Catalog, p param.Param) error {
+	if p.Kind == param.Int {
+		vals, set := c.g.Ints[p.Key]
+		if set && len(vals) == 0 {
+			return c.fail(p.Key, -1, "empty list (remove the key to use the default)")
+		}
+		for i, v := range vals {
+			if v < p.Min || v > p.Max {
+				return c.fail(p.Key, i, "%d out of range (%d..%d)", v, p.Min, p.Max)
+			}
+		}
+		return nil
+	}
+	vals, set := c.g.Words[p.Key]
+	if set && len(vals) == 0 {
+		return c.fail(p.Key, -1, "empty list (remove the key to use the default)")
+	}
+	allowed := p.Allowed(cat.Words[p.Key])
+	for i, v := range vals {
+		if v == "" {
+			return c.fail(p.Key, i, "empty value")
+		}
+		if allowed != nil && !slices.Contains(allowed, v) {
+			return c.fail(p.Key, i, "unknown %s %q (valid: %s)", p.Key, v, oneOf(allowed))
 		}
 	}
 	return nil

@@ -151,7 +151,7 @@ func beyondCeiling(r result.CaseResult, s result.Summary) string {
 		}
 	}
 	for _, c := range s.Comparisons {
-		if c.Kind != "baseline" || c.Case != r.Case.ID || !c.Differs() || (c.Ratio > 1) != HigherIsBetter(c.Metric) {
+		if c.Kind != result.KindBaseline || c.Case != r.Case.ID || !c.Differs() || (c.Ratio > 1) != HigherIsBetter(c.Metric) {
 			continue
 		}
 		text := fmt.Sprintf("better than its baseline %s (%s), which should be its ceiling", c.Reference, Ratio(c.RatioSummary))

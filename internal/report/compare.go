@@ -174,7 +174,7 @@ func colRatio(j int, ratioW []int) int {
 func keyGroup(key string, cells []*result.CaseResult) (group, rest string) {
 	lead := 1
 	for _, c := range cells {
-		if c != nil && c.Case.Scenario == "baseline" {
+		if c != nil && c.Case.IsBaseline() {
 			lead = 2
 		}
 	}
@@ -269,7 +269,7 @@ func buildGrid(runs []Run) grid {
 	for i, r := range runs {
 		first[i] = len(g.cols)
 		for _, cr := range r.Summary.Results {
-			if cr.Case.Scenario != "baseline" && g.col(i, cr.Case.Variant()) < 0 {
+			if !cr.Case.IsBaseline() && g.col(i, cr.Case.Variant()) < 0 {
 				g.cols = append(g.cols, column{run: i, dataplane: cr.Case.Variant(), backend: cr.Case.Backend})
 			}
 		}
@@ -285,7 +285,7 @@ func buildGrid(runs []Run) grid {
 				g.cells[k] = make([]*result.CaseResult, len(g.cols))
 			}
 			j := g.col(i, cr.Case.Variant())
-			if cr.Case.Scenario == "baseline" {
+			if cr.Case.IsBaseline() {
 				j = first[i]
 			}
 			if g.cells[k][j] == nil {

@@ -347,7 +347,7 @@ func (p *page) scenario(run int, id, name string, rs []result.CaseResult, s resu
 	var fs []forest
 	for _, c := range s.Comparisons {
 		cr, ok := byID[c.Case]
-		if c.Kind != "baseline" || !ok || c.N == 0 {
+		if c.Kind != result.KindBaseline || !ok || c.N == 0 {
 			continue
 		}
 		fs = append(fs, forest{label: groupLabel(cr.Case) + " " + cr.Case.Variant(), series: cr.Case.Variant(), ratio: c.Ratio, lo: c.CI95Low, hi: c.CI95High,
@@ -360,7 +360,7 @@ func (p *page) scenario(run int, id, name string, rs []result.CaseResult, s resu
 	var scale []result.Comparison
 	differ := 0
 	for _, c := range s.Comparisons {
-		if _, ok := byID[c.Case]; ok && c.N > 0 && c.Kind != "baseline" && !c.OfVariants() {
+		if _, ok := byID[c.Case]; ok && c.N > 0 && c.Kind != result.KindBaseline && !c.OfVariants() {
 			scale = append(scale, c)
 			if c.Differs() {
 				differ++
@@ -473,7 +473,7 @@ func (p *page) caseTable(id string, run int, r Run) {
 	}
 	vsBase := map[string]result.Comparison{}
 	for _, c := range s.Comparisons {
-		if c.Kind == "baseline" {
+		if c.Kind == result.KindBaseline {
 			vsBase[c.Case] = c
 		}
 	}

@@ -34,7 +34,7 @@ func Table(w io.Writer, s result.Summary, st Style) error {
 	if t.noBaseline {
 		o.text("VS BASELINE left out: no case of this run has its baseline in the run (scenario baseline).", 0, 2)
 	}
-	if slices.Contains(t.cols, colVS) || slices.ContainsFunc(s.Comparisons, func(c result.Comparison) bool { return c.Kind != "baseline" && c.N > 0 }) {
+	if slices.Contains(t.cols, colVS) || slices.ContainsFunc(s.Comparisons, func(c result.Comparison) bool { return c.Kind != result.KindBaseline && c.N > 0 }) {
 		o.text("Ratios are paired by round (trial k of both cases ran in the same round).", 0, 2)
 		if t.noDiff {
 			o.text(`"no diff.": the ratio's 95% CI holds 1.0, the two do not differ.`, 0, 2)
@@ -104,7 +104,7 @@ func buildRunTable(s result.Summary) runTable {
 	}
 	paired := map[string]result.Comparison{}
 	for _, c := range s.Comparisons {
-		if c.Kind == "baseline" {
+		if c.Kind == result.KindBaseline {
 			paired[c.Case] = c
 		}
 	}
@@ -433,7 +433,7 @@ func comparisons(o *termOut, cs []result.Comparison) {
 	var order []kindMetric
 	by := map[kindMetric][]result.Comparison{}
 	for _, c := range cs {
-		if c.Kind == "baseline" || c.N == 0 {
+		if c.Kind == result.KindBaseline || c.N == 0 {
 			continue
 		}
 		k := kindMetric{c.Kind, c.Metric}

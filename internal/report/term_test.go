@@ -28,7 +28,7 @@ func longSummary() result.Summary {
 		if c.Scenario != "baseline" {
 			c.Copy = 2
 		}
-		c.ID = c.WithParts(true, true)
+		c.ID = c.WithParts("proxy", "policy")
 		ms := map[string]result.MetricSummary{}
 		for k, v := range metrics {
 			ms[k] = result.MetricSummary{N: 48, Mean: v, TrimmedMean: v, CI95Low: v * 0.93, CI95High: v * 1.07, CV: 0.1234, Min: v, Max: v}
@@ -71,7 +71,7 @@ func longSummary() result.Summary {
 	for i := range rs {
 		if rs[i].Case.ID == "" {
 			rs[i].Case.Backend, rs[i].Case.MTU, rs[i].Case.Nodes, rs[i].Case.Copy = "lab", 9000, 3, 2
-			rs[i].Case.ID = rs[i].Case.WithParts(true, true)
+			rs[i].Case.ID = rs[i].Case.WithParts("proxy", "policy")
 		}
 	}
 	rs[2].Disturbed, rs[2].Lost = 13, 11
@@ -161,7 +161,7 @@ func TestTerminalWidth(t *testing.T) {
 			want = append(want, "-") // no baseline of the case's protocol in the run, unless paired below
 		}
 		for _, c := range long.Comparisons {
-			if c.Kind == "baseline" && c.Case == r.Case.ID {
+			if c.Kind == result.KindBaseline && c.Case == r.Case.ID {
 				want[len(want)-1] = ratioText(c.RatioSummary, "no diff.")
 			}
 		}
@@ -190,7 +190,7 @@ func TestTerminalWidth(t *testing.T) {
 		}
 	}
 	for _, c := range long.Comparisons {
-		if c.Kind != "baseline" && !strings.Contains(flat(out), c.Case+" vs "+c.Reference+": "+Ratio(c.RatioSummary)) {
+		if c.Kind != result.KindBaseline && !strings.Contains(flat(out), c.Case+" vs "+c.Reference+": "+Ratio(c.RatioSummary)) {
 			t.Errorf("no comparison %s vs %s in\n%s", c.Case, c.Reference, out)
 		}
 	}

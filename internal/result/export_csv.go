@@ -4,8 +4,11 @@ import (
 	"encoding/csv"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/cnibench/cnibench/internal/param"
 )
 
 // NetperfCSVColumns are the columns of k8s-netperf's result CSV, names and order exactly as
@@ -43,17 +46,45 @@ var NetperfCSVColumns = []string{
 // (docs/design.md), the case's status and reason, and "metric", the cnibench metric behind "Avg
 // Throughput", the confidence interval and "# of Samples" (the case's headline metric, except
 // for HTTP, whose headline is a time to first byte: there it is the request rate); then labels
-// added since, at the end so that earlier columns keep their places ("external_traffic_policy":
-// empty but for n2s).
+// added since, at the end so that earlier columns keep their places: the labels of the case
+// parameters (internal/param) that are not among the columns before them, in parameter order
+// ("external_traffic_policy", empty but for n2s, was the first). A new parameter is a new
+// last column.
 var CaseCSVColumns = []string{
 	"case", "scenario", "backend", "dataplane", "attach", "overlay", "proxy", "policy",
 	"placement", "protocol", "services", "policies", "pods", "replicas", "status", "reason",
 	"metric", "external_traffic_policy",
 }
 
+// csvParams are the case parameters in CaseCSVColumns' place, in column order (nil: the
+// column is not a parameter's), then the other parameters' columns.
+func csvParams() ([]string, []*param.Param) {
+	cols := slices.Clone(CaseCSVColumns)
+	ps := make([]*param.Param, len(cols))
+	for _, p := range param.All() {
+		if i := slices.Index(cols, p.Label); i >= 0 {
+			ps[i] = &p
+			continue
+		}
+		cols = append(cols, p.Label)
+		ps = append(ps, &p)
+	}
+	return cols, ps
+}
+
 // NetperfCSVHeader is the header of the csv export.
 func NetperfCSVHeader() []string {
-	return append(append([]string{}, NetperfCSVColumns...), CaseCSVColumns...)
+	cols, _ := csvParams()
+	return append(append([]string{}, NetperfCSVColumns...), cols...)
+}
+
+// csvLabel is a parameter's column value: a word, or an integer ("0" when unset, as the first
+// columns have always been written).
+func csvLabel(c Case, p param.Param) string {
+	if p.Kind == param.Word {
+		return c.wordOf(p)
+	}
+	return strconv.Itoa(c.intOf(p))
 }
 
 // MsgSizeMetric is the metric under which a trial records the message size its tool used
@@ -124,9 +155,6 @@ func p99Latency(r CaseResult) (float64, bool) {
 	return 0, false
 }
 
-// hostNetwork tells whether a case measures the host network: the node-to-node baseline.
-func hostNetwork(c Case) bool { return c.Scenario == "baseline" && c.Dataplane == "node2node" }
-
 // WriteNetperfCSV writes the csv export: k8s-netperf's result columns, then the case labels
 // (CaseCSVColumns), one row per case of summary.json. Skipped and failed cases have a row
 // with their reason; their figures are empty. Figures are the summary's in k8s-netperf's
@@ -145,6 +173,7 @@ func WriteNetperfCSV(w io.Writer, r Run) error {
 		}
 	}
 	cw := csv.NewWriter(w)
+	_, params := csvParams()
 	if err := cw.Write(NetperfCSVHeader()); err != nil {
 		return err
 	}
@@ -156,7 +185,7 @@ func WriteNetperfCSV(w io.Writer, r Run) error {
 			c.Tool,
 			p.profile,
 			strconv.FormatBool(c.Placement == "intra"),
-			strconv.FormatBool(hostNetwork(c)),
+			strconv.FormatBool(c.HostNetwork()),
 			"false", // VM mode
 			strconv.FormatBool(c.ThroughService()),
 			"false",        // External Server
@@ -184,10 +213,19 @@ func WriteNetperfCSV(w io.Writer, r Run) error {
 		} else {
 			row = append(row, "", "")
 		}
-		row = append(row,
-			id, c.Scenario, c.Backend, c.Dataplane, c.Attach, c.Overlay, c.Proxy, c.Policy,
-			c.Placement, c.Protocol, strconv.Itoa(c.Services), strconv.Itoa(c.Policies),
-			strconv.Itoa(c.Pods), strconv.Itoa(c.Replicas), res.Status, res.Reason, p.metric, c.ExternalTrafficPolicy)
+		fixed := map[string]string{"case": id, "scenario": c.Scenario, "backend": c.Backend, "dataplane": c.Dataplane,
+			"attach": c.Attach, "overlay": c.Overlay, "placement": c.Placement, "protocol": c.Protocol,
+			"status": res.Status, "reason": res.Reason, "metric": p.metric}
+		for i, col := range CaseCSVColumns {
+			if params[i] != nil {
+				row = append(row, csvLabel(c, *params[i]))
+			} else {
+				row = append(row, fixed[col])
+			}
+		}
+		for _, q := range params[len(CaseCSVColumns):] {
+			row = append(row, csvLabel(c, *q))
+		}
 		if err := cw.Write(row); err != nil {
 			return err
 		}

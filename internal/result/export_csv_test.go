@@ -28,6 +28,9 @@ var ownHeader = []string{
 	"case", "scenario", "backend", "dataplane", "attach", "overlay", "proxy", "policy",
 	"placement", "protocol", "services", "policies", "pods", "replicas", "status", "reason",
 	"metric", "external_traffic_policy",
+	// the case parameters' labels, in parameter order (internal/param)
+	"nf", "chain_length", "rules", "vnf", "cpu_limit", "cpu_isolation", "frame_size", "lb", "search",
+	"change", "sync", "noisy", "noisy_cpu_limit", "streams", "msg_size", "fragment",
 }
 
 // readCSV parses an export and returns its rows as maps by column name, checking the header.

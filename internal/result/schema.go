@@ -5,9 +5,11 @@ package result
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cnibench/cnibench/internal/account"
+	"github.com/cnibench/cnibench/internal/param"
 )
 
 // Case is one point of the benchmark matrix. Its fields are the case labels (docs/design.md);
@@ -73,11 +75,14 @@ type Case struct {
 	// Copy numbers identical copies of a case (plan key copies: an A/A test measures the
 	// noise between two copies); 0 and 1 are the first copy, later ones have "/copy=N" in the id.
 	Copy int `json:"copy,omitempty"`
+
+	// extra holds the labels of declared parameters without a field (params.go).
+	extra string
 }
 
 // FragmentAllow is the value of label fragment that lets UDP messages larger than one packet at
 // the pod MTU be sent fragmented.
-const FragmentAllow = "allow"
+const FragmentAllow = param.FragmentAllow
 
 // DefaultMTU and DefaultNodes are the lab's underlay MTU and node count when a plan sets none;
 // a case id names others ("/mtu=9000", "/nodes=3").
@@ -86,52 +91,52 @@ const (
 	DefaultNodes = 2
 )
 
-// MakeID builds the case id "scenario/dataplane/placement/protocol", then a chain's
-// "/nf=KIND" and the case's modes ("/etp=local", see Modes), with scale suffixes (e.g.
-// "/svc=100") only when a scale dimension is set, so ids stay stable across backends; then
-// "/mtu=N" and "/nodes=N" when they are set and not the defaults, and "/copy=N" for the
-// second and later copies of a case.
+// The baselines: cases of scenario BaselineScenario measure what a pod case is held against,
+// the bare veth pair (dataplane Bare: two namespaces on one node) or the underlay between two
+// nodes (Node2Node, the host network); BaselineID names a case's.
+const (
+	BaselineScenario = "baseline"
+	Bare             = "bare"
+	Node2Node        = "node2node"
+)
+
+// IsBaseline tells whether the case is a baseline (of scenario BaselineScenario).
+func (c Case) IsBaseline() bool { return c.Scenario == BaselineScenario }
+
+// HostNetwork tells whether the case measures the host network: the node-to-node baseline.
+func (c Case) HostNetwork() bool { return c.IsBaseline() && c.Dataplane == Node2Node }
+
+// MakeID builds the case id "scenario/dataplane/placement/protocol", then the case's variant
+// parts ("/nf=KIND", the parameters of place param.Variant) and its modes ("/etp=local", see
+// Modes), with the scale suffixes (e.g. "/svc=100") of the Int parameters that are set, so ids
+// stay stable across backends; then "/mtu=N" and "/nodes=N" when they are set and not the
+// defaults, and "/copy=N" for the second and later copies of a case.
 func (c Case) MakeID() string {
 	parts := []string{c.Scenario, c.Dataplane, c.Placement, c.Protocol}
-	if c.NF != "" {
-		parts = append(parts, "nf="+c.NF)
-	}
-	if c.VNF != "" {
-		parts = append(parts, "vnf="+c.VNF)
-	}
+	parts = append(parts, c.words(param.Variant)...)
 	return c.joinID(append(parts, c.Modes()...)...)
 }
 
-// Modes are the case's labels that are words, not numbers, and say what is measured rather
-// than what it runs on (a variant: dataplane, proxy, policy, nf, vnf): the
-// externalTrafficPolicy of a NodePort Service ("etp=local"), a VNF's CPU isolation
-// ("iso=exclusive"), load balancer ("lb=ingress") and search ("search=ramp"). They are in the id, in CompareKey and, in reports,
-// beside the scale dimensions. Empty for most cases.
-func (c Case) Modes() []string {
+// words are the case's set Word parameters of place pl, as "ID=value", in order.
+func (c Case) words(pl param.Place) []string {
 	var out []string
-	if c.ExternalTrafficPolicy != "" {
-		out = append(out, "etp="+c.ExternalTrafficPolicy)
-	}
-	if c.CPUIsolation != "" {
-		out = append(out, "iso="+c.CPUIsolation)
-	}
-	if c.LB != "" {
-		out = append(out, "lb="+c.LB)
-	}
-	if c.Search != "" {
-		out = append(out, "search="+c.Search)
-	}
-	if c.Change != "" {
-		out = append(out, "change="+c.Change)
-	}
-	if c.Sync != "" {
-		out = append(out, "sync="+c.Sync)
-	}
-	if c.Fragment != "" {
-		out = append(out, "fragment="+c.Fragment)
+	for _, p := range param.All() {
+		if p.Kind == param.Word && p.ID != "" && p.Place == pl {
+			if v := c.wordOf(p); v != "" {
+				out = append(out, p.ID+"="+v)
+			}
+		}
 	}
 	return out
 }
+
+// Modes are the case's labels that are words, not numbers, and say what is measured rather
+// than what it runs on (a variant: dataplane, proxy, policy, nf, vnf): the Word parameters of
+// place param.Mode, such as the externalTrafficPolicy of a NodePort Service ("etp=local"), a
+// VNF's CPU isolation ("iso=exclusive"), load balancer ("lb=ingress") and search
+// ("search=ramp"). They are in the id, in CompareKey and, in reports, beside the scale
+// dimensions. Empty for most cases.
+func (c Case) Modes() []string { return c.words(param.Mode) }
 
 // Key is the case's id, or the id it would have (a case written without one).
 func (c Case) Key() string {
@@ -146,7 +151,7 @@ func (c Case) Key() string {
 // on a cluster) has the same key. A baseline's dataplane is the measurement itself (the bare
 // veth pair, node to node), so a baseline's key is its id.
 func (c Case) CompareKey() string {
-	if c.Scenario == "baseline" {
+	if c.IsBaseline() {
 		return c.MakeID()
 	}
 	return c.joinID(append([]string{c.Scenario, c.Placement, c.Protocol}, c.Modes()...)...)
@@ -174,70 +179,94 @@ type Dim struct {
 	Sweep bool
 }
 
-// Dims lists the case's scale dimensions in id order. It is the one list of them: ids, report
-// sweeps and pivot tables all follow it, so a new dimension (chain length, rule count, frame
-// size) is added here once.
+// Dims lists the case's scale dimensions in id order: the Int parameters with an id key
+// (internal/param), then the lab's MTU and node count and the copy number. Ids, report sweeps
+// and pivot tables all follow it.
 func (c Case) Dims() []Dim {
-	return []Dim{
-		{Key: "svc", Name: "services", Value: c.Services, Set: c.Services > 0, Sweep: true},
-		{Key: "pol", Name: "policies", Value: c.Policies, Set: c.Policies > 0, Sweep: true},
-		{Key: "pods", Name: "pods", Value: c.Pods, Set: c.Pods > 0, Sweep: true},
-		{Key: "rep", Name: "replicas", Value: c.Replicas, Set: c.Replicas > 1, Sweep: true},
-		{Key: "len", Name: "chain_length", Value: c.ChainLength, Set: c.ChainLength > 0, Sweep: true},
-		{Key: "rules", Name: "rules", Value: c.Rules, Set: c.Rules > 0, Sweep: true},
-		{Key: "cpu", Name: "cpu_limit", Value: c.CPULimit, Set: c.CPULimit > 0, Sweep: true},
-		{Key: "size", Name: "frame_size", Value: c.FrameSize, Set: c.FrameSize > 0, Sweep: true},
-		{Key: "noisy", Name: "noisy", Value: c.Noisy, Set: c.Noisy > 0, Sweep: true},
-		{Key: "ncpu", Name: "noisy_cpu_limit", Value: c.NoisyCPULimit, Set: c.NoisyCPULimit > 0, Sweep: true},
-		{Key: "streams", Name: "streams", Value: max(c.Streams, 1), Set: c.Streams > 1, Sweep: true},
-		{Key: "msg", Name: "msg_size", Value: c.MsgSize, Set: c.MsgSize > 0, Sweep: true},
-		{Key: "mtu", Name: "mtu", Value: c.MTU, Set: c.MTU != 0 && c.MTU != DefaultMTU, Sweep: true},
-		{Key: "nodes", Name: "nodes", Value: c.Nodes, Set: c.Nodes != 0 && c.Nodes != DefaultNodes, Sweep: true},
-		{Key: "copy", Name: "copy", Value: c.Copy, Set: c.Copy > 1},
+	var out []Dim
+	for _, p := range param.All() {
+		if p.Kind == param.Int && p.ID != "" {
+			v := c.intOf(p)
+			out = append(out, Dim{Key: p.ID, Name: p.Label, Value: p.Shown(v), Set: p.InID(v), Sweep: p.Sweep})
+		}
 	}
+	return append(out,
+		Dim{Key: "mtu", Name: "mtu", Value: c.MTU, Set: c.MTU != 0 && c.MTU != DefaultMTU, Sweep: true},
+		Dim{Key: "nodes", Name: "nodes", Value: c.Nodes, Set: c.Nodes != 0 && c.Nodes != DefaultNodes, Sweep: true},
+		Dim{Key: "copy", Name: "copy", Value: c.Copy, Set: c.Copy > 1})
 }
 
-// Load is how many objects the case loads its cluster with beyond the measuring pods:
-// Services, NetworkPolicies, silent pods, server replicas past the first, network functions
-// past the first of a chain and their firewall rules, noisy neighbours. Cases with no load can share a data
-// plane without changing what each measures.
+// Load is how many objects the case loads its cluster with beyond the measuring pods, as its
+// parameters say (param.Param.Load): Services, NetworkPolicies, silent pods, server replicas
+// past the first, network functions past the first of a chain and their firewall rules, noisy
+// neighbours. Cases with no load can share a data plane without changing what each measures.
 func (c Case) Load() int {
-	return c.Services + c.Policies + c.Pods + max(c.Replicas-1, 0) + max(c.ChainLength-1, 0) + c.Rules + c.Noisy
+	n := 0
+	for _, p := range param.All() {
+		if p.Kind == param.Int {
+			n += p.LoadOf(c.intOf(p))
+		}
+	}
+	return n
 }
 
-// NamesParts tells whether the case's id names a proxy or policy engine (WithParts): a lab
-// implementation chosen in place of its preset's.
-func (c Case) NamesParts() bool {
-	for _, part := range strings.Split(c.ID, "/") {
-		if strings.HasPrefix(part, "proxy=") || strings.HasPrefix(part, "policy=") {
+// named are the id prefixes ("proxy=") of the Word parameters that name a part of the case's
+// variant: param.Named ones, or with variants too.
+func named(variants bool) []string {
+	var out []string
+	for _, p := range param.All() {
+		if p.Kind == param.Word && p.ID != "" && (p.Place == param.Named || variants && p.Place == param.Variant) {
+			out = append(out, p.ID+"=")
+		}
+	}
+	return out
+}
+
+func hasPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
 			return true
 		}
 	}
 	return false
 }
 
-// WithParts returns the id with the case's proxy and policy appended ("/proxy=nftables"): a
-// plan that names them (to compare implementations on one data plane) gets ids that tell the
-// cases apart; a case on the preset's own parts keeps the plain id.
-func (c Case) WithParts(proxy, policy bool) string {
-	id := c.MakeID()
-	if proxy && c.Proxy != "" {
-		id += "/proxy=" + c.Proxy
+// NamesParts tells whether the case's id names a lab part (WithParts: a proxy or policy
+// engine chosen in place of its preset's).
+func (c Case) NamesParts() bool {
+	pre := named(false)
+	for _, part := range strings.Split(c.ID, "/") {
+		if hasPrefix(part, pre) {
+			return true
+		}
 	}
-	if policy && c.Policy != "" {
-		id += "/policy=" + c.Policy
+	return false
+}
+
+// WithParts returns the id with the case's named parts appended ("/proxy=nftables"), those
+// of the parameters (of place param.Named) whose keys its plan names: a plan that names
+// them (to compare implementations on one data plane) gets ids that tell the cases apart; a
+// case on the preset's own parts keeps the plain id.
+func (c Case) WithParts(names ...string) string {
+	id := c.MakeID()
+	for _, p := range param.All() {
+		if p.Kind == param.Word && p.ID != "" && p.Place == param.Named && slices.Contains(names, p.Key) {
+			if v := c.wordOf(p); v != "" {
+				id += "/" + p.ID + "=" + v
+			}
+		}
 	}
 	return id
 }
 
-// Variant is what a case ran on: its dataplane, plus the proxy and policy when its id names
-// them ("flannel proxy=nftables"), a chain's network-function kind ("bare nf=xdp") and a
-// VNF's kind ("flannel vnf=userspace").
+// Variant is what a case ran on: its dataplane, plus the named parts and variant parts its id
+// has ("flannel proxy=nftables", a chain's "bare nf=xdp", a VNF's "flannel vnf=userspace").
 // Reports give each variant a column of its own.
 func (c Case) Variant() string {
 	v := c.Dataplane
+	pre := named(true)
 	for _, part := range strings.Split(c.ID, "/") {
-		if strings.HasPrefix(part, "proxy=") || strings.HasPrefix(part, "policy=") || strings.HasPrefix(part, "nf=") || strings.HasPrefix(part, "vnf=") {
+		if hasPrefix(part, pre) {
 			v += " " + part
 		}
 	}
@@ -305,13 +334,19 @@ func RegisterScenario(name string, j Judge) { judges[name] = j }
 // workload (streams, message size) and lab shape (MTU, nodes). "" for baselines and scenarios no baseline measures the same
 // (Judge.NoBaseline: reaction times, VNF rates).
 func (c Case) BaselineID() string {
-	if c.Scenario == "baseline" || judges[c.Scenario].NoBaseline {
+	if c.IsBaseline() || judges[c.Scenario].NoBaseline {
 		return ""
 	}
-	b := Case{Scenario: "baseline", Dataplane: "bare", Placement: "intra", Protocol: c.Protocol, MTU: c.MTU, Nodes: c.Nodes,
-		Streams: c.Streams, MsgSize: c.MsgSize, Fragment: c.Fragment}
+	b := Case{Scenario: BaselineScenario, Dataplane: Bare, Placement: "intra", Protocol: c.Protocol, MTU: c.MTU, Nodes: c.Nodes}
+	for _, p := range param.All() {
+		if p.Workload && p.Kind == param.Int {
+			b.SetInt(p.Key, c.intOf(p))
+		} else if p.Workload {
+			b.SetWord(p.Key, c.wordOf(p))
+		}
+	}
 	if c.Placement == "inter" {
-		b.Dataplane, b.Placement = "node2node", "inter"
+		b.Dataplane, b.Placement = Node2Node, "inter"
 	}
 	return b.MakeID()
 }
@@ -448,6 +483,10 @@ func (c Comparison) OfVariants() bool {
 
 // Differs tells whether the interval excludes 1.0: only then do the two cases differ.
 func (r RatioSummary) Differs() bool { return r.N >= 2 && (r.CI95Low > 1 || r.CI95High < 1) }
+
+// KindBaseline is the Kind of a comparison of a pod result against its baseline
+// (Case.BaselineID).
+const KindBaseline = "baseline"
 
 // Comparison is one paired comparison inside a run.
 type Comparison struct {

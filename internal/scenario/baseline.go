@@ -16,7 +16,7 @@ type baseline struct{}
 
 func init() { Register(baseline{}) }
 
-func (baseline) Name() string { return "baseline" }
+func (baseline) Name() string { return result.BaselineScenario }
 
 func (baseline) Info() Info {
 	return Info{

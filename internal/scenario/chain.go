@@ -27,7 +27,7 @@ func (chain) Info() Info {
 		Protocols:         []string{"tcp", "udp", "rr", "udprr"},
 		DefaultProtocols:  []string{"tcp", "rr"},
 		Params:            []string{"nf", "chain-length", "rules"},
-		DefaultNFs:        []string{"route-iptables"},
+		DefaultStrs:       map[string][]string{"nf": {"route-iptables"}},
 		DefaultInts:       map[string][]int{"chain-length": {1}, "rules": {10}},
 		// A chain's NFs may poll a CPU (DPDK, OVS): no other fixture stands beside it.
 		Exclusive: func(result.Case) bool { return true },

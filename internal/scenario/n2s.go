@@ -193,7 +193,7 @@ func (n2s) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 	}
 
 	f.spec = driver.Spec{Protocol: c.Protocol, Target: target.IP, Port: ctl, MSS: driver.DefaultLen, UDPLen: udpLen(cl)}
-	if drv.Name() == "netperf" {
+	if driver.HasDataPort(drv) {
 		f.spec.DataPort = dataPort
 	}
 	f.serverCmd = pin(opt.CPUs[1], drv.ServerCommand(port))

@@ -71,15 +71,15 @@ func extraServices(ctx context.Context, cl cluster.Cluster, n int) (pods, servic
 func servicePorts(drv driver.Driver, streams int) []cluster.ServicePort {
 	tool := drv.Name()
 	port := driver.ServerPort(tool)
-	if tool == "netperf" {
-		out := []cluster.ServicePort{{Name: "netperf-ctl", Port: port, Protocol: "tcp"}}
+	if driver.HasDataPort(drv) {
+		out := []cluster.ServicePort{{Name: tool + "-ctl", Port: port, Protocol: "tcp"}}
 		for i, s := range driver.Instances(drv, driver.Spec{DataPort: netperfDataPort, Streams: streams}) {
 			suffix := ""
 			if i > 0 {
 				suffix = strconv.Itoa(i)
 			}
-			out = append(out, cluster.ServicePort{Name: "netperf-tcp" + suffix, Port: s.DataPort, Protocol: "tcp"},
-				cluster.ServicePort{Name: "netperf-udp" + suffix, Port: s.DataPort, Protocol: "udp"})
+			out = append(out, cluster.ServicePort{Name: tool + "-tcp" + suffix, Port: s.DataPort, Protocol: "tcp"},
+				cluster.ServicePort{Name: tool + "-udp" + suffix, Port: s.DataPort, Protocol: "udp"})
 		}
 		return out
 	}

@@ -66,7 +66,7 @@ func startPair(ctx context.Context, cl cluster.Cluster, c result.Case, opt Optio
 	port := driver.ServerPort(f.drv.Name())
 	f.spec = driver.Spec{Protocol: c.Protocol, Target: f.target, Port: port, MSS: driver.DefaultLen, UDPLen: udpLen(cl),
 		Streams: c.Streams, MsgSize: c.MsgSize}
-	if f.drv.Name() == "netperf" {
+	if driver.HasDataPort(f.drv) {
 		f.spec.DataPort = netperfDataPort
 	}
 	if udpMessages(c.Protocol) && c.MsgSize > 0 {

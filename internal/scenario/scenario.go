@@ -5,11 +5,13 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/cnibench/cnibench/internal/account"
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/param"
 	"github.com/cnibench/cnibench/internal/result"
 )
 
@@ -65,17 +67,19 @@ type Info struct {
 	Placements        []string
 	Protocols         []string
 	DefaultProtocols  []string
-	// Params are the scale/override keys the scenario uses (services, policies, pods, ...).
+	// Params are the keys of the case parameters the scenario uses (internal/param: services,
+	// policies, pods, ...), besides those it declares.
 	Params []string
+	// Declares are case parameters of the scenario's own (Register registers them; the
+	// scenario uses them): their plan keys, flags, labels, ids and columns follow.
+	Declares []param.Param
 	// Tool is the measuring tool of every case of the scenario, whatever its protocol (the
 	// case label "tool"); "" when the protocol's driver is the tool.
 	Tool string
-	// DefaultNFs and DefaultInts are the values of its keys nf and of integer keys
-	// ("chain-length", "rules") a group that does not set them gets (nil: none).
-	DefaultNFs  []string
+	// DefaultInts and DefaultStrs are the values of Int parameters ("chain-length", "rules")
+	// and of Word parameters ("nf", "external-traffic-policy") a group of the scenario that
+	// does not set them gets (missing: the parameter's own default).
 	DefaultInts map[string][]int
-	// DefaultStrs are the values of other word keys ("external-traffic-policy") a group that
-	// does not set them gets (nil: none).
 	DefaultStrs map[string][]string
 	// Valid says whether a dataplane x placement combination exists.
 	Valid func(dataplane, placement string) bool
@@ -138,7 +142,21 @@ func Register(s Scenario) {
 	}
 	registry[s.Name()] = s
 	info := s.Info()
+	for _, p := range info.Declares {
+		param.Register(p)
+	}
 	result.RegisterScenario(s.Name(), result.Judge{Primary: info.Primary, NoBaseline: info.NoBaseline, Charted: info.Charted, Service: info.Service})
+}
+
+// Uses are the keys of the case parameters a scenario uses: its Params and those it declares.
+func Uses(info Info) []string {
+	out := slices.Clone(info.Params)
+	for _, p := range info.Declares {
+		if !slices.Contains(out, p.Key) {
+			out = append(out, p.Key)
+		}
+	}
+	return out
 }
 
 // Get returns a scenario by name.

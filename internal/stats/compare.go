@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cnibench/cnibench/internal/param"
 	"github.com/cnibench/cnibench/internal/result"
 )
 
@@ -18,10 +19,11 @@ import (
 //     part that differs ("backend" in a run holding several: a lab case against the real
 //     cluster's when the run lists the cluster's cases first);
 //   - "scale": a case against the least loaded case (Case.Load) of the run that differs from
-//     it only in scale (services, policies, pods, replicas, chain length, rules, noisy
-//     neighbours);
-//   - "sync": a case against the first case of the run that differs from it only in the lab's
-//     sync mode (Case.Sync: partial against full programming of the same change);
+//     it only in scale (the parameters of param.Scale: services, policies, pods, replicas,
+//     chain length, rules, noisy neighbours);
+//   - a parameter of param.Against by its key ("sync"): a case against the first case of the
+//     run that differs from it only in that parameter (partial against full programming of
+//     the same change);
 //   - "copy": a later copy of a case against its first (an A/A pair: they should not differ).
 //
 // Only ok trials count (the last record of a trial number wins, as in Aggregate);
@@ -55,11 +57,16 @@ func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
 	first := map[string]result.Case{} // CompareKey -> the first case measuring it
 	least := map[string]result.Case{} // scale-free key -> the least loaded case
 	copy1 := map[result.Case]result.Case{}
-	syncRef := map[string]result.Case{} // the id without the sync mode -> the first case with it
+	against := againstParams()
+	refs := map[string]result.Case{} // key + the id without that parameter -> the first case with it
 	for _, c := range cases {
 		byID[c.ID] = c
-		if _, ok := syncRef[withoutSync(c)]; !ok && c.Sync != "" {
-			syncRef[withoutSync(c)] = c
+		for _, p := range against {
+			if k, ok := without(c, p); ok {
+				if _, seen := refs[k]; !seen {
+					refs[k] = c
+				}
+			}
 		}
 		if _, ok := first[c.CompareKey()]; !ok {
 			first[c.CompareKey()] = c
@@ -85,7 +92,7 @@ func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
 	}
 	for _, c := range cases {
 		if b, ok := byID[c.BaselineID()]; ok {
-			add(c, b, "baseline")
+			add(c, b, result.KindBaseline)
 			if c.Primary() == "transactions_per_s" && b.Primary() == c.Primary() {
 				addMetric(c, b, "baseline-p99", p99)
 			}
@@ -102,8 +109,10 @@ func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
 		if l := least[unscaled(c)]; l.Load() < c.Load() {
 			add(c, l, "scale")
 		}
-		if r, ok := syncRef[withoutSync(c)]; ok && c.Sync != "" && r.ID != c.ID {
-			add(c, r, "sync")
+		for _, p := range against {
+			if k, ok := without(c, p); ok && refs[k].ID != c.ID {
+				add(c, refs[k], p.Key)
+			}
 		}
 	}
 	return out
@@ -112,18 +121,39 @@ func Compare(cases []result.Case, trials []result.Trial) []result.Comparison {
 // p99 is the tail latency compared with the baseline besides the primary metric.
 const p99 = "latency_p99_us"
 
-// unscaled is a case's identity without its scale: the id of the case with no Services,
-// policies, silent pods or replicas, and the variant it ran on.
+// unscaled is a case's identity without its scale: the id of the case with none of the
+// scale parameters set (param.Scale: Services, policies, silent pods, replicas, ...), and the
+// variant it ran on.
 func unscaled(c result.Case) string {
 	u := c
-	u.Services, u.Policies, u.Pods, u.Replicas, u.ChainLength, u.Rules, u.Noisy, u.NoisyCPULimit = 0, 0, 0, 0, 0, 0, 0, 0
+	for _, p := range param.All() {
+		if p.Compare == param.Scale && p.Kind == param.Int {
+			u.SetInt(p.Key, 0)
+		}
+	}
 	return u.MakeID() + " " + c.Variant()
 }
 
-// withoutSync is a case's id without its sync mode (the part "sync=...").
-func withoutSync(c result.Case) string {
+// againstParams are the parameters of param.Against.
+func againstParams() []param.Param {
+	var out []param.Param
+	for _, p := range param.All() {
+		if p.Compare == param.Against && p.ID != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// without is the key of a case that sets parameter p: p's key and the case's id without
+// the part "ID=value" of p; false when the case does not set p.
+func without(c result.Case, p param.Param) (string, bool) {
+	v := c.Text(p)
+	if v == "" {
+		return "", false
+	}
 	parts := strings.Split(c.Key(), "/")
-	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "sync="+c.Sync }), "/")
+	return p.Key + " " + strings.Join(slices.DeleteFunc(parts, func(s string) bool { return s == p.ID+"="+v }), "/"), true
 }
 
 // withoutCopy is a case's labels but its copy number and id.
@@ -132,19 +162,20 @@ func withoutCopy(c result.Case) result.Case {
 	return c
 }
 
-// variantKind names what differs between two variants of one measurement.
+// variantKind names what differs between two variants of one measurement: the backend, the
+// dataplane, or the first Word parameter of a variant place (param.Named, param.Variant:
+// "proxy", "policy", "nf", "vnf") that differs; "variant" when none does.
 func variantKind(c, ref result.Case) string {
 	switch {
 	case c.Backend != ref.Backend:
 		return "backend"
 	case c.Dataplane != ref.Dataplane:
 		return "dataplane"
-	case c.Proxy != ref.Proxy:
-		return "proxy"
-	case c.NF != ref.NF:
-		return "nf"
-	case c.VNF != ref.VNF:
-		return "vnf"
 	}
-	return "policy"
+	for _, p := range param.All() {
+		if p.Kind == param.Word && (p.Place == param.Named || p.Place == param.Variant) && c.Text(p) != ref.Text(p) {
+			return p.Key
+		}
+	}
+	return "variant"
 }

@@ -142,7 +142,7 @@ func TestCompareSync(t *testing.T) {
 	result.RegisterScenario("change", result.Judge{Primary: func(result.Case) string { return "add_p50_ms" }, NoBaseline: true})
 	change := func(proxy, sync string) result.Case {
 		c := labCase("change", "calico", "inter", "tcp", func(c *result.Case) { c.Proxy, c.Sync, c.Change, c.Services = proxy, sync, "service", 10000 })
-		c.ID = c.WithParts(true, false) // as a plan naming its proxies makes it
+		c.ID = c.WithParts("proxy") // as a plan naming its proxies makes it
 		return c
 	}
 	cases := []result.Case{change("nftables", "partial"), change("nftables", "full"), change("iptables", "partial"), change("iptables", "full")}

@@ -34,7 +34,7 @@ func writePage(t *testing.T, runs ...Run) string {
 // for anything, one bar chart per scenario and metric group, each measured case one bar of
 // its chart, every case a row of the table, and the table sorts when a header is clicked.
 // The screenshot is a test artifact (go test -artifacts); CNIBENCH_SCREENSHOT=FILE also
-// writes it to FILE (the README's picture is made so).
+// writes it to FILE (docs/reports.md's picture is made so).
 func TestHTMLInChromium(t *testing.T) {
 	run, err := LoadRun("testdata/demo-run")
 	if err != nil {

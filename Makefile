@@ -75,7 +75,7 @@ check-leftovers:
 # Only the real-cluster tests: brings the cluster up in lab namespaces, runs the kube backend and
 # the CLI on it (also kube-proxy in nftables mode), tears down.
 e2e: build kube-deps
-	CNIBENCH_KUBE_E2E=1 $(GO) test -count=1 -timeout 30m -run TestRealCluster -v ./internal/kubeharness/
+	CNIBENCH_KUBE_E2E=1 $(GO) test -count=1 -timeout 30m -run TestRealCluster -v ./internal/testing/kubeharness/
 	$(MAKE) --no-print-directory check-leftovers
 
 bench: build

@@ -13,7 +13,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/netns"
-	"github.com/cnibench/cnibench/internal/nodedump"
+	"github.com/cnibench/cnibench/internal/testing/nodedump"
 )
 
 // difference is an accepted difference between a lab node and a real one: the lines it covers
@@ -27,7 +27,7 @@ type difference struct {
 // TestFlannelFidelity holds the lab's flannel presets against real flanneld (v0.28.10, with
 // the configuration flannel's CNI plugin gives the bridge plugin): node0 of a lab with one pod
 // on each node, dumped as node0 of the project's test cluster was (testdata/real-flannel-*.txt,
-// recorded and kept current by internal/kubeharness), compared object by object. Every
+// recorded and kept current by internal/testing/kubeharness), compared object by object. Every
 // difference must be one of the accepted ones below, each with its reason, and each accepted
 // one must still occur (a stale exception fails too).
 func TestFlannelFidelity(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cnibench/cnibench/internal/report/browser"
 	"github.com/cnibench/cnibench/internal/result"
+	"github.com/cnibench/cnibench/internal/testing/browser"
 )
 
 // writePage renders runs to DIR/report.html and returns its path.

@@ -145,7 +145,7 @@ func TestRealCluster(t *testing.T) {
 	t.Run("flannel", func(t *testing.T) { flannelOnCluster(t, h) })
 	t.Run("flannel-objects", func(t *testing.T) { flannelObjects(t, h) })
 	t.Run("backend", func(t *testing.T) { backendOnCluster(t, h) })
-	t.Run("cli", func(t *testing.T) { cliOnCluster(t, h, bin, "--plan", "../../plans/quick.yaml") })
+	t.Run("cli", func(t *testing.T) { cliOnCluster(t, h, bin, "--plan", "../../../plans/quick.yaml") })
 	// p2s's TCP and TCP_CRR through kube-proxy iptables run in the fidelity subtest (across
 	// nodes) and every protocol through its nftables mode in TestRealClusterNFTables.
 	t.Run("cli-p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s", "--protocol", "udp,rr") })
@@ -442,7 +442,7 @@ func reactionOnCluster(t *testing.T, h *Harness, bin string) {
 
 func buildCLI(t *testing.T) string {
 	bin := filepath.Join(t.TempDir(), "cnibench")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/cnibench").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/cnibench").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v: %s", err, out)
 	}
 	return bin
@@ -453,7 +453,7 @@ func buildCLI(t *testing.T) string {
 func rbacOnCluster(t *testing.T, h *Harness, bin string) {
 	ctx := context.Background()
 	admin := clientset(t, h.Kubeconfig)
-	f, err := os.Open("../../deploy/rbac.yaml")
+	f, err := os.Open("../../../deploy/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +584,7 @@ func streamsOnCluster(t *testing.T, h *Harness, bin string) {
 // the same thing, and the Markdown report states each ratio lab/real with its interval.
 func fidelityOnCluster(t *testing.T, h *Harness, bin string) {
 	runDir := filepath.Join(t.TempDir(), "run")
-	out, err := exec.Command(bin, "run", "--backend", "kube,lab", "--kubeconfig", h.Kubeconfig, "--plan", "../../plans/fidelity.yaml",
+	out, err := exec.Command(bin, "run", "--backend", "kube,lab", "--kubeconfig", h.Kubeconfig, "--plan", "../../../plans/fidelity.yaml",
 		"--placement", "inter", "--protocol", "tcp,crr", "--repeat", "2", "--duration", "1", "--warmup", "0", noStealCheck, "--out", runDir).CombinedOutput()
 	t.Logf("%s", out)
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/kube"
 	"github.com/cnibench/cnibench/internal/netns"
-	"github.com/cnibench/cnibench/internal/nodedump"
+	"github.com/cnibench/cnibench/internal/testing/nodedump"
 )
 
 // The subnet file as flanneld v0.28.10 wrote it on node0 of the test cluster (--ip-masq, VXLAN
@@ -189,14 +189,14 @@ func flannelObjects(t *testing.T, h *Harness) {
 			t.Fatal(err)
 		}
 		head := fmt.Sprintf("# node0 of the project's test cluster: flanneld %s (--ip-masq --kube-subnet-mgr, backend %s), kube-proxy %s,\n"+
-			"# one pod on each node; addresses named by role (internal/nodedump). Recorded %s.\n",
+			"# one pod on each node; addresses named by role (internal/testing/nodedump). Recorded %s.\n",
 			strings.TrimSpace(string(version)), flannelBackend(h.cfg.CNI), h.cfg.ProxyMode, time.Now().UTC().Format("2006-01-02"))
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(head+d.String()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	b, err := os.ReadFile(filepath.Join("../lab/testdata", name))
+	b, err := os.ReadFile(filepath.Join("../../lab/testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,7 @@ var LayerNames = [...]string{
 // below it ("internal/nf/..."). The longest key that matches a package decides its layer.
 var Layers = map[string]int{
 	"internal/names":   Vocabulary,
+	"internal/param":   Vocabulary,
 	"internal/account": Vocabulary,
 	"internal/result":  Vocabulary,
 	"internal/stats":   Vocabulary,

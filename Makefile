@@ -14,7 +14,7 @@ all: build
 deps:
 	bash scripts/install-deps.sh
 
-# The real two-node Kubernetes test cluster (shared/KUBE-LAB.md) needs etcd/containerd/runc from
+# The real two-node Kubernetes test cluster (docs/kube-lab.md) needs etcd/containerd/runc from
 # Debian and the Kubernetes binaries + kwok built from Go modules into /var/cache/cnibench
 # (cold: several minutes; cached after).
 kube-deps:

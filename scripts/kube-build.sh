@@ -2,7 +2,7 @@
 # Builds the Kubernetes binaries the project's test cluster runs (kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubelet, kube-proxy), kwok, flanneld and Cilium's
 # agent and CNI plugin (with the eBPF sources the agent compiles at start and its CRDs), from
-# the Go module proxy, into a cache that later runs reuse (shared/KUBE-LAB.md has the measured
+# the Go module proxy, into a cache that later runs reuse (docs/kube-lab.md has the measured
 # recipe).
 # Usage: scripts/kube-build.sh [CACHE_DIR]   (default /var/cache/cnibench/kube-v1.34.10)
 set -euo pipefail

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
 )
 
 // Pod processes run in their node's cgroup: one cgroup v2 directory per lab node, named with the

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 	"github.com/cnibench/cnibench/internal/lab/dataplane"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
 )
 
 // serviceBase is the /16 the lab's ClusterIPs come from (they exist only in the rules).

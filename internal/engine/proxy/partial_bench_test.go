@@ -48,7 +48,7 @@ func benchEngineNamed(name string) benchEngine {
 // touches (changed), and the first programming (initial_s). The namespace is checked after
 // both updates. Each iteration takes seconds:
 //
-//	go test -run '^$' -bench AddOneAt10k -benchtime 1x ./internal/lab/proxy/
+//	go test -run '^$' -bench AddOneAt10k -benchtime 1x ./internal/engine/proxy/
 func BenchmarkAddOneAt10k(b *testing.B) {
 	for _, e := range partialBenchEngines {
 		b.Run(e.name, func(b *testing.B) { benchAddOne(b, e, Options{ClusterCIDR: "10.244.0.0/16"}) })
@@ -115,7 +115,7 @@ func benchAddOne(b *testing.B, e partialBenchEngine, opt Options) {
 // mean times, and nft's over netlink's paired by iteration with its 95 % interval (ratio_lo,
 // ratio_hi), for the addition and the removal:
 //
-//	go test -run '^$' -bench NFTNetlinkVsNft -benchtime 20x ./internal/lab/proxy/
+//	go test -run '^$' -bench NFTNetlinkVsNft -benchtime 20x ./internal/engine/proxy/
 func BenchmarkNFTNetlinkVsNft(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")

@@ -1,5 +1,6 @@
-// Package bpfdp holds the lab's eBPF data paths: the programs bpf2go generates from bpf/*.c,
-// loaded once per lab node into maps of that node's own, pinned in the node's bpf file system
+// Package bpfdp holds the eBPF data paths that the lab's data-plane parts attach (it builds no
+// namespace, see internal/engine): the programs bpf2go generates from bpf/*.c, loaded once per
+// lab node into maps of that node's own, pinned in the node's bpf file system
 // (the lab's state directory), and attached with tcx links in the node's namespace.
 //
 // Pinning is the state: whichever process programs a node (a run, or a later one against a lab

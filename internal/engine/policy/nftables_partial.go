@@ -32,7 +32,7 @@ var nftpMaps = [2]string{nftEgressMap, nftIngressMap}
 // Compile names chains after the policy or pod they belong to and sets after their content,
 // so a change of a policy, a pod or a selection rewrites the chains concerned, adds the sets
 // that are new and deletes those no rule uses any more. The input is, in this order (as
-// kube-proxy's nftables proxier writes its partial syncs; internal/lab/proxy does the same
+// kube-proxy's nftables proxier writes its partial syncs; internal/engine/proxy does the same
 // for Services):
 //
 //  1. "delete element" from pod-egress / pod-ingress for the pods no longer isolated in that

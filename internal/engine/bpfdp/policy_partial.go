@@ -6,7 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/cnibench/cnibench/internal/lab/policy"
+	"github.com/cnibench/cnibench/internal/engine/policy"
 )
 
 // ChangePolicy applies a change (policy.DiffBPF) to the node's policy engine, touching only the

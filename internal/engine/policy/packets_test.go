@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/engine/policy"
 	"github.com/cnibench/cnibench/internal/lab"
-	"github.com/cnibench/cnibench/internal/lab/policy"
 )
 
 // pktFlow is one connection attempt and its expected fate.

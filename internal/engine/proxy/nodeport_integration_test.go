@@ -18,8 +18,8 @@ import (
 	vns "github.com/vishvananda/netns"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 	"github.com/cnibench/cnibench/internal/lab"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
 	"github.com/cnibench/cnibench/internal/netns"
 )
 

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/cnibench/cnibench/internal/lab/policy"
+	"github.com/cnibench/cnibench/internal/engine/policy"
 	"github.com/cnibench/cnibench/internal/nf"
 )
 

@@ -21,7 +21,7 @@ import (
 // The tests of RenderNFTablesPartial. Those that program a kernel need root and run in
 // scratch network namespaces (netnstest.Scratch). The random sequence replays with
 //
-//	NFT_PARTIAL_SEED=<seed> go test -run TestNFTablesPartialMatchesFull ./internal/lab/policy/
+//	NFT_PARTIAL_SEED=<seed> go test -run TestNFTablesPartialMatchesFull ./internal/engine/policy/
 
 // nftPartialListing is the kernel's table, object by object ("chain X", "set X", "map X"):
 // a chain's rules in order; a set's or map's declaration lines, then "element E" for each of

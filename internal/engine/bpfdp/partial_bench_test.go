@@ -76,7 +76,7 @@ var benchLBs = []benchLB{
 // with the Services as a rendering does), and the two nodes' tables are checked to be equal
 // after. For the svc_lb (ebpf, ebpf-sock) and the polycube ILB (ClusterIPs):
 //
-//	go test -run '^$' -bench ServiceUpdate10k -benchtime 1x ./internal/lab/bpfdp/
+//	go test -run '^$' -bench ServiceUpdate10k -benchtime 1x ./internal/engine/bpfdp/
 func BenchmarkServiceUpdate10k(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root (BPF maps)")

@@ -1,4 +1,5 @@
-// Package policy is the lab's NetworkPolicy engine. Its input is the real networking.k8s.io/v1
+// Package policy is a NetworkPolicy engine: it compiles policies and renders and applies them in
+// a network namespace it is given (a lab node's; it builds none, see internal/engine). Its input is the real networking.k8s.io/v1
 // NetworkPolicy type plus the pods and namespaces of the cluster; Compile turns them into a
 // Program (this file): the engine-neutral description of what a node must enforce, with the
 // pod selectors already resolved to address sets, the way Calico and kube-router resolve them.
@@ -8,7 +9,7 @@
 //     per-policy chains, ipsets for selectors), one ipset restore and one iptables-restore;
 //   - nftables (sets and verdict maps: the pod dispatch is one map lookup), one nft transaction;
 //   - eBPF (bpf.go: Cilium's security identities, an IP cache and a policy map keyed by
-//     identity, a few lookups per packet), loaded into maps by internal/lab/bpfdp.
+//     identity, a few lookups per packet), loaded into maps by internal/engine/bpfdp.
 //
 // The package's tests hold two oracles: Reference (oracle_test.go), an independent evaluation
 // of the NetworkPolicy specification written straight from the Kubernetes documentation, and

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 	"github.com/cnibench/cnibench/internal/lab"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
 )
 
 // TestIPTablesServiceDelivers programs one ClusterIP Service with three endpoints (one on the

@@ -6,7 +6,7 @@ import "testing"
 // partial nftables renderings (RenderNFTablesPartial), without applying them: the user-space
 // part of a change that every node pays before its transaction.
 //
-//	go test -run '^$' -bench NFTPartialRender10k -benchmem ./internal/lab/proxy/
+//	go test -run '^$' -bench NFTPartialRender10k -benchmem ./internal/engine/proxy/
 func BenchmarkNFTPartialRender10k(b *testing.B) {
 	svcs := benchSvcs(benchServices + 1)
 	opt := Options{ClusterCIDR: "10.244.0.0/16"}

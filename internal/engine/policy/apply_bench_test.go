@@ -77,7 +77,7 @@ func scratchNS(b *testing.B) string {
 // namespace, then a second one of the same rendering (a full resync, as kube-router does
 // periodically). Run with -benchtime 1x:
 //
-//	go test -run '^$' -bench Apply -benchtime 1x ./internal/lab/policy/
+//	go test -run '^$' -bench Apply -benchtime 1x ./internal/engine/policy/
 func BenchmarkApply(b *testing.B) {
 	const pods = 5000
 	for _, bc := range []struct {

@@ -267,7 +267,7 @@ func TestPropertyBPFMatchesEvaluator(t *testing.T) {
 			if len(fails) > 5 {
 				fails = append(fails[:5], fmt.Sprintf("... and %d more", len(fails)-5))
 			}
-			t.Errorf("seed %d (replay: POLICY_PROP_SEED=%d go test -run TestPropertyBPFMatchesEvaluator ./internal/lab/policy/):\n  %s\n%s",
+			t.Errorf("seed %d (replay: POLICY_PROP_SEED=%d go test -run TestPropertyBPFMatchesEvaluator ./internal/engine/policy/):\n  %s\n%s",
 				seed, seed, strings.Join(fails, "\n  "), c.dump())
 			if failures >= 3 {
 				t.Fatal("stopping after 3 failing cases")

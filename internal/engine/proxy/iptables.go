@@ -1,4 +1,5 @@
-// Package proxy programs Services in lab nodes the way kube-proxy does:
+// Package proxy programs Services the way kube-proxy does, in a network namespace it is given
+// (a lab node's; it builds none, see internal/engine):
 //   - iptables mode (RenderIPTables, ApplyIPTables): KUBE-SERVICES -> KUBE-SVC-<hash> ->
 //     KUBE-SEP-<hash>, statistic-mode random per endpoint, masquerade marking for hairpin and
 //     off-cluster sources, NodePorts through KUBE-NODEPORTS -> KUBE-EXT-<hash>, as one

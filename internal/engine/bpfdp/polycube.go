@@ -11,7 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/cnibench/cnibench/internal/lab/policy"
+	"github.com/cnibench/cnibench/internal/engine/policy"
 )
 
 // PolycubeBuild is how seed 003's provider (bpf/polycube.h) is built in a node.

@@ -80,7 +80,7 @@ var benchEngines = []benchEngine{
 // iteration: render_s, apply_s, and update_render_s + update_apply_s for the +1 Service, plus
 // what was installed (checked in the namespace after the update). Each iteration is seconds:
 //
-//	go test -run '^$' -bench Program10k -benchtime 1x ./internal/lab/proxy/
+//	go test -run '^$' -bench Program10k -benchtime 1x ./internal/engine/proxy/
 func BenchmarkProgram10kServices(b *testing.B) {
 	for _, e := range benchEngines {
 		b.Run(e.name, func(b *testing.B) { benchProgram(b, e, Options{ClusterCIDR: "10.244.0.0/16"}) })

@@ -10,7 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cnibench/cnibench/internal/lab/policy"
+	"github.com/cnibench/cnibench/internal/engine/policy"
 )
 
 // benchPolicyCluster is BenchmarkLab20kPolicies' load on one node: n silent pods (role=silent,
@@ -72,7 +72,7 @@ func clientIn() networkingv1.NetworkPolicy {
 // pods': RenderBPF numbers its endpoint last) and client-first (it sorts before them:
 // RenderBPF renumbers every endpoint, so that every rule would move).
 //
-//	go test -run '^$' -bench PolicyChangeAt20k -benchtime 1x ./internal/lab/bpfdp/
+//	go test -run '^$' -bench PolicyChangeAt20k -benchtime 1x ./internal/engine/bpfdp/
 func BenchmarkPolicyChangeAt20k(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root (BPF maps)")

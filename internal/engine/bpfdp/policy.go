@@ -6,7 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/cnibench/cnibench/internal/lab/policy"
+	"github.com/cnibench/cnibench/internal/engine/policy"
 )
 
 // Pins of the policy engine (bpf/policy.c) in a node's directory.

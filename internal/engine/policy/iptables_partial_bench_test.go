@@ -17,7 +17,7 @@ import (
 // the same standing rules, as Compile + RenderIPTables + ApplyIPTables (full-ms), with
 // iptables-nft and iptables-legacy. Run:
 //
-//	go test -run '^$' -bench PolicyIPTAddOneAt20k -benchtime 1x ./internal/lab/policy/
+//	go test -run '^$' -bench PolicyIPTAddOneAt20k -benchtime 1x ./internal/engine/policy/
 func BenchmarkPolicyIPTAddOneAt20k(b *testing.B) {
 	pods, nss, pols := iptScaleCluster(10000, 20000, func(i int) bool { return i%2 == 0 })
 	added := append(slices.Clone(pols), iptExtraPolicy())

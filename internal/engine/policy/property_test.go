@@ -20,7 +20,7 @@ import (
 // with one Program per node (egress checked on the source's node, ingress on the
 // destination's node). Each case has its own seed; a failure prints it and
 //
-//	POLICY_PROP_SEED=<seed> go test -run TestPropertyCompileMatchesReference ./internal/lab/policy/
+//	POLICY_PROP_SEED=<seed> go test -run TestPropertyCompileMatchesReference ./internal/engine/policy/
 //
 // replays that case alone, verbosely.
 
@@ -68,7 +68,7 @@ func TestPropertyCompileMatchesReference(t *testing.T) {
 		}
 		if len(fails) > 0 {
 			failures++
-			t.Errorf("seed %d (replay: POLICY_PROP_SEED=%d go test -run TestPropertyCompileMatchesReference ./internal/lab/policy/):\n  %s\n%s",
+			t.Errorf("seed %d (replay: POLICY_PROP_SEED=%d go test -run TestPropertyCompileMatchesReference ./internal/engine/policy/):\n  %s\n%s",
 				seed, seed, strings.Join(fails, "\n  "), c.dump())
 			if failures >= 3 {
 				t.Fatal("stopping after 3 failing cases")

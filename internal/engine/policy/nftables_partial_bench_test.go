@@ -17,7 +17,7 @@ import (
 // the same table, Compile + RenderNFTables + ApplyNFTables (a full sync of the same change).
 // Run as root:
 //
-//	go test -run '^$' -bench PolicyAddOneAt20k -benchtime 1x ./internal/lab/policy/
+//	go test -run '^$' -bench PolicyAddOneAt20k -benchtime 1x ./internal/engine/policy/
 func BenchmarkPolicyAddOneAt20k(b *testing.B) {
 	nsp, _ := netnstest.Scratch(b)
 	pods, nss, pols, extra := nftpStandingCluster(10000, 20000)

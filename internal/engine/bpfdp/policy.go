@@ -1,11 +1,11 @@
 package bpfdp
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/cilium/ebpf"
-
 	"github.com/cnibench/cnibench/internal/engine/policy"
 )
 
@@ -155,4 +155,48 @@ func closeMaps(ms [3]*ebpf.Map) {
 			m.Close()
 		}
 	}
+}
+
+// writePolicy makes the policy maps (pol.h's layout: an IP cache, rules, endpoints) hold
+// exactly b: the IP cache and the rules first, the endpoints (which turn the checks on) last,
+// then what is no longer wanted is deleted. The policy engine's and the polycube firewall's
+// maps are written by it.
+func writePolicy(ipc, rules, eps *ebpf.Map, b *policy.BPFPolicy) error {
+	ck := make([]polCheckIpcKey, len(b.IPCache))
+	cv := make([]uint32, len(b.IPCache))
+	wantC := make(map[polCheckIpcKey]bool, len(b.IPCache))
+	for i, e := range b.IPCache {
+		k, err := ipcKey(e.Prefix)
+		if err != nil {
+			return err
+		}
+		ck[i], cv[i] = k, e.Identity
+		wantC[k] = true
+	}
+	rk := make([]polCheckRuleKey, len(b.Rules))
+	rv := make([]uint8, len(b.Rules))
+	wantR := make(map[polCheckRuleKey]bool, len(b.Rules))
+	for i, r := range b.Rules {
+		rk[i], rv[i] = ruleKey(r), 1
+		wantR[rk[i]] = true
+	}
+	ek := make([]uint32, len(b.Endpoints))
+	ev := make([]polCheckPolEp, len(b.Endpoints))
+	wantE := make(map[uint32]bool, len(b.Endpoints))
+	for i, e := range b.Endpoints {
+		ek[i], ev[i] = be32(e.IP), polEp(e)
+		wantE[ek[i]] = true
+	}
+	if err := batchUpdate(ipc, ck, cv); err != nil {
+		return fmt.Errorf("ip cache: %w", err)
+	}
+	if err := batchUpdate(rules, rk, rv); err != nil {
+		return fmt.Errorf("rules: %w", err)
+	}
+	if err := batchUpdate(eps, ek, ev); err != nil {
+		return fmt.Errorf("endpoints: %w", err)
+	}
+	return errors.Join(deleteWhere(eps, func(k uint32) bool { return !wantE[k] }),
+		deleteWhere(rules, func(k polCheckRuleKey) bool { return !wantR[k] }),
+		deleteWhere(ipc, func(k polCheckIpcKey) bool { return !wantC[k] }))
 }

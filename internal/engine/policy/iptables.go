@@ -38,8 +38,6 @@ const (
 	IPTablesTopChain = "KUBE-ROUTER-FORWARD"
 	// IPTablesIdleChain lists policy chains no local pod uses (never jumped to).
 	IPTablesIdleChain = "KUBE-ROUTER-IDLE"
-	// MarkAdmit is the bit a policy rule sets when it admits the packet.
-	MarkAdmit = 0x10000
 	// MarkEgress is the bit set while the source pod's egress policies are checked.
 	MarkEgress = 0x20000
 )
@@ -47,14 +45,6 @@ const (
 // ipsetMaxElem is every set's maxelem: fixed, so that `create -exist` of a re-rendering always
 // matches the set an earlier one created.
 const ipsetMaxElem = 1 << 20
-
-// iptProto is a Kubernetes protocol in iptables / ipset spelling ("" = TCP, the default).
-func iptProto(p string) string {
-	if p == "" {
-		return "tcp"
-	}
-	return strings.ToLower(p)
-}
 
 // RenderIPTables renders p as kube-router lays it out: ipset restore input creating (or
 // refreshing: create -exist, flush, add) the sets the rules use, and the engine's part of the

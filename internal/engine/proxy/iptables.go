@@ -1,18 +1,3 @@
-// Package proxy programs Services the way kube-proxy does, in a network namespace it is given
-// (a lab node's; it builds none, see internal/engine):
-//   - iptables mode (RenderIPTables, ApplyIPTables): KUBE-SERVICES -> KUBE-SVC-<hash> ->
-//     KUBE-SEP-<hash>, statistic-mode random per endpoint, masquerade marking for hairpin and
-//     off-cluster sources, NodePorts through KUBE-NODEPORTS -> KUBE-EXT-<hash>, as one
-//     iptables-restore input so that 10,000 Services are one call;
-//   - nftables mode (RenderNFTables, ApplyNFTables): table ip kube-proxy,
-//     the service-ips and service-nodeports verdict maps, service-/external-/local-/endpoint-
-//     chains with numgen load balancing, as one nft transaction;
-//   - IPVS mode (RenderIPVS): ipvsadm, ipset and address text only, since the lab's kernel has
-//     no IPVS (IPVSAvailable says why).
-//
-// The iptables and nftables modes also render partial syncs, as kube-proxy does
-// (RenderIPTablesPartial, RenderNFTablesPartial): only what changed since the state the last
-// rendering returned, applied with the same ApplyIPTables and ApplyNFTables.
 package proxy
 
 import (
@@ -22,42 +7,6 @@ import (
 	"slices"
 	"strings"
 )
-
-// Endpoint is one backend of a Service port.
-type Endpoint struct {
-	IP   string
-	Port int
-	// Node is the node the endpoint's pod runs on: it is local to a rendering for that node
-	// (Options.NodeName), which matters to externalTrafficPolicy Local.
-	Node string
-}
-
-func (e Endpoint) String() string { return fmt.Sprintf("%s:%d", e.IP, e.Port) }
-
-// Service is one port of a ClusterIP or NodePort Service with its ready endpoints.
-type Service struct {
-	Namespace, Name string
-	PortName        string // the Service port's name ("" for an unnamed port)
-	ClusterIP       string
-	Port            int
-	Protocol        string // "tcp" or "udp"
-	Endpoints       []Endpoint
-	// NodePort is the port every node serves the Service on (type NodePort); 0 = none.
-	NodePort int
-	// ExternalLocal is externalTrafficPolicy Local: a node sends NodePort traffic only to
-	// its own endpoints and keeps the client's source address (false = Cluster: any
-	// endpoint, source masqueraded).
-	ExternalLocal bool
-}
-
-// PortKey is kube-proxy's ServicePortName string: "namespace/name:portname", or
-// "namespace/name" for an unnamed port.
-func (s Service) PortKey() string {
-	if s.PortName == "" {
-		return s.Namespace + "/" + s.Name
-	}
-	return s.Namespace + "/" + s.Name + ":" + s.PortName
-}
 
 // portProtoHash is kube-proxy's chain-name hash: the first 16 characters of the base32
 // encoding of SHA-256(servicePortName + protocol [+ endpoint]).
@@ -81,36 +30,6 @@ func (s Service) ExtChain() string { return "KUBE-EXT-" + portProtoHash(s.PortKe
 // of SvcChain), for externalTrafficPolicy Local.
 func (s Service) SvlChain() string { return "KUBE-SVL-" + portProtoHash(s.PortKey(), s.Protocol) }
 
-// Options of the iptables and nftables renderings.
-type Options struct {
-	// NodeName is the node the rendering is for: an endpoint whose Node is NodeName is local
-	// ("" = no node: no endpoint is local). Only NodePorts with externalTrafficPolicy Local
-	// depend on it; the rest renders the same for every node.
-	NodeName string
-	// NodeIPs are the node's addresses NodePorts are served on (nftables: the nodeport-ips
-	// set). The iptables rendering does not use them: it matches every local address
-	// ("-m addrtype --dst-type LOCAL"), as kube-proxy's iptables mode does by default.
-	NodeIPs []string
-	// ClusterCIDR: traffic to a Service from outside it is masqueraded (kube-proxy's
-	// --cluster-cidr); "" = no such rule.
-	ClusterCIDR string
-	// Stale are chains of an earlier rendering to remove (flushed, then deleted), as
-	// kube-proxy does for Services and endpoints that went away.
-	Stale []string
-	// ServiceCIDR (nftables only): new connections to an address of it that is no
-	// ClusterIP are dropped, as kube-proxy does when it knows the service CIDR; "" = no
-	// such rule.
-	ServiceCIDR string
-	// NFTMod1Maps makes RenderNFTables dispatch a Service with a single endpoint through
-	// "numgen random mod 1 vmap { 0 : goto ... }" as kube-proxy up to 1.36 did, instead of a
-	// plain goto (kube-proxy 1.37+): each such rule is an anonymous map, and the kernel
-	// scans every map of the table when it creates one, so 10,000 of them cost minutes.
-	NFTMod1Maps bool
-}
-
-// MasqMark is kube-proxy's default masquerade mark bit.
-const MasqMark = "0x4000"
-
 // kube-proxy's NodePort chains: KUBE-NODEPORTS (nat) dispatches NodePorts to the Services'
 // KUBE-EXT- chains; KUBE-EXTERNAL-SERVICES (filter, the rendering's only filter-table chain)
 // drops or rejects NodePort traffic a node has no endpoint for.
@@ -133,18 +52,6 @@ func Hooks() [][]string {
 		{"-t", "filter", "-A", "INPUT", "-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", extServicesHookCm, "-j", extServicesChain},
 		{"-t", "filter", "-A", "FORWARD", "-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", extServicesHookCm, "-j", extServicesChain},
 	}
-}
-
-// Counts are what a rendering holds, for the case record.
-type Counts struct {
-	Services, Endpoints, Chains, Rules int
-	// Elements are the set and map elements (nftables maps and sets, ipset entries); 0 for
-	// the iptables rendering, which has none.
-	Elements int
-	Names    []string // the chains declared (iptables: of the nat and the filter table)
-	// Changed is what a partial rendering (RenderPartial) touches: chains written, flushed
-	// or deleted plus set/map elements added or deleted; 0 for a full rendering.
-	Changed int
 }
 
 // RenderIPTables returns kube-proxy's chains for svcs, as the node opt.NodeName sees them,

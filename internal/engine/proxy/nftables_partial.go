@@ -152,15 +152,6 @@ func RenderNFTablesPartial(prev *NFTState, svcs []Service, opt Options) ([]byte,
 	return ch.input(), &NFTState{m: m, node: opt.NodeName, base: base}, cnt
 }
 
-// sameService says whether a and b render the same on the same node: every field equal,
-// the endpoints in the same order (another order renders the same, but is rendered again to
-// find that out). TestSameServiceSeesEveryField keeps it in step with Service.
-func sameService(a, b Service) bool {
-	return a.Namespace == b.Namespace && a.Name == b.Name && a.PortName == b.PortName && a.ClusterIP == b.ClusterIP &&
-		a.Port == b.Port && a.Protocol == b.Protocol && a.NodePort == b.NodePort && a.ExternalLocal == b.ExternalLocal &&
-		slices.Equal(a.Endpoints, b.Endpoints)
-}
-
 // nftChange is what a partial rendering writes: chains to add, rewrite (flush and refill)
 // and delete, and elements to delete and add, by el* index.
 type nftChange struct {

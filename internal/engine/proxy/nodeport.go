@@ -1,39 +1,5 @@
 package proxy
 
-import (
-	"cmp"
-	"slices"
-	"sort"
-	"strings"
-)
-
-// sortedServices returns a copy of svcs ordered by cmpServices: the renderings write Services
-// in this order, so that their output does not depend on the caller's, and the partial ones
-// merge a rendering with the previous one in it. A list in this order already (the lab's) is
-// only checked.
-func sortedServices(svcs []Service) []Service {
-	svcs = slices.Clone(svcs)
-	byService := func(a, b Service) int { return cmpServices(&a, &b) }
-	if !slices.IsSortedFunc(svcs, byService) {
-		slices.SortFunc(svcs, byService)
-	}
-	return svcs
-}
-
-// cmpServices orders Service ports by namespace, name, port name and protocol: what tells
-// them apart (a Service port's identity).
-func cmpServices(a, b *Service) int {
-	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name),
-		strings.Compare(a.PortName, b.PortName), strings.Compare(a.Protocol, b.Protocol))
-}
-
-// sortedEndpoints returns s's endpoints ordered by address, the order they are balanced in.
-func (s Service) sortedEndpoints() []Endpoint {
-	eps := append([]Endpoint(nil), s.Endpoints...)
-	sort.Slice(eps, func(i, j int) bool { return eps[i].String() < eps[j].String() })
-	return eps
-}
-
 // hasNodePorts says whether any of svcs has a NodePort. The renderings add their NodePort
 // objects (KUBE-NODEPORTS; nodeport-ips, service-nodeports, ...) only then, so that a
 // ClusterIP-only rendering stays what it was before NodePorts existed here; kube-proxy

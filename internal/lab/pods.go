@@ -15,6 +15,8 @@ import (
 	"github.com/cnibench/cnibench/internal/cluster"
 )
 
+var podNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
+
 // freeNames checks that names are valid pod names no pod has yet (call with l.mu held).
 func (l *Lab) freeNames(names ...string) error {
 	for _, n := range names {
@@ -24,27 +26,6 @@ func (l *Lab) freeNames(names ...string) error {
 	}
 	return nil
 }
-
-func (l *Lab) pod(name string) (*pod, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	p, ok := l.pods[name]
-	if !ok {
-		return nil, fmt.Errorf("no pod %q in this lab", name)
-	}
-	return p, nil
-}
-
-// PodNS returns the namespace name a pod's processes run in (for tests and tools).
-func (l *Lab) PodNS(name string) (string, error) {
-	p, err := l.pod(name)
-	if err != nil {
-		return "", err
-	}
-	return p.ns, nil
-}
-
-var podNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
 
 // CreatePod creates one pod (CreatePods with one spec).
 func (l *Lab) CreatePod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod, error) {
@@ -133,6 +114,37 @@ func (l *Lab) createPod(ctx context.Context, spec cluster.PodSpec) (cluster.Pod,
 	return p.Pod, nil
 }
 
+// CreatePods implements cluster.Cluster: specs without a node go round-robin over the nodes;
+// pods are attached in parallel (CNI plugin runs are process-bound; two per CPU keeps both
+// CPUs busy). Then the Services whose selector picks one of them get them as endpoints, with
+// one programming of the Services for the call (see endpoints.go). On an error the pods
+// created so far are deleted.
+func (l *Lab) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
+	out := make([]cluster.Pod, len(specs))
+	err := cluster.Parallel(ctx, len(specs), 2*runtime.NumCPU(), func(i int) error {
+		spec := specs[i]
+		if spec.Node == "" && !spec.External { // an external client is by the first node
+			spec.Node = l.nodes[i%len(l.nodes)].name
+		}
+		p, err := l.createPod(ctx, spec)
+		out[i] = p
+		return err
+	})
+	if err == nil {
+		err = l.followCreated(out)
+	}
+	if err != nil {
+		var made []string
+		for _, p := range out {
+			if p.Name != "" {
+				made = append(made, p.Name)
+			}
+		}
+		return nil, errors.Join(err, l.DeletePods(context.WithoutCancel(ctx), made))
+	}
+	return out, nil
+}
+
 func (l *Lab) forget(name string) {
 	l.mu.Lock()
 	p := l.pods[name]
@@ -193,46 +205,6 @@ func (l *Lab) deletePod(ctx context.Context, name string) error {
 	return errors.Join(errs...)
 }
 
-// Pod returns a pod by name.
-func (l *Lab) Pod(name string) (cluster.Pod, error) {
-	p, err := l.pod(name)
-	if err != nil {
-		return cluster.Pod{}, err
-	}
-	return p.Pod, nil
-}
-
-// CreatePods implements cluster.Cluster: specs without a node go round-robin over the nodes;
-// pods are attached in parallel (CNI plugin runs are process-bound; two per CPU keeps both
-// CPUs busy). Then the Services whose selector picks one of them get them as endpoints, with
-// one programming of the Services for the call (see endpoints.go). On an error the pods
-// created so far are deleted.
-func (l *Lab) CreatePods(ctx context.Context, specs []cluster.PodSpec) ([]cluster.Pod, error) {
-	out := make([]cluster.Pod, len(specs))
-	err := cluster.Parallel(ctx, len(specs), 2*runtime.NumCPU(), func(i int) error {
-		spec := specs[i]
-		if spec.Node == "" && !spec.External { // an external client is by the first node
-			spec.Node = l.nodes[i%len(l.nodes)].name
-		}
-		p, err := l.createPod(ctx, spec)
-		out[i] = p
-		return err
-	})
-	if err == nil {
-		err = l.followCreated(out)
-	}
-	if err != nil {
-		var made []string
-		for _, p := range out {
-			if p.Name != "" {
-				made = append(made, p.Name)
-			}
-		}
-		return nil, errors.Join(err, l.DeletePods(context.WithoutCancel(ctx), made))
-	}
-	return out, nil
-}
-
 // DeletePods implements cluster.Cluster, in parallel. The pods' endpoints leave their Services
 // first, with one programming of the Services for the call, while the pods still serve (see
 // endpoints.go); then the pods go.
@@ -248,4 +220,32 @@ func (l *Lab) DeletePods(ctx context.Context, names []string) error {
 		return nil
 	})
 	return errors.Join(append(errs, ctx.Err())...)
+}
+
+// Pod returns a pod by name.
+func (l *Lab) Pod(name string) (cluster.Pod, error) {
+	p, err := l.pod(name)
+	if err != nil {
+		return cluster.Pod{}, err
+	}
+	return p.Pod, nil
+}
+
+func (l *Lab) pod(name string) (*pod, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, ok := l.pods[name]
+	if !ok {
+		return nil, fmt.Errorf("no pod %q in this lab", name)
+	}
+	return p, nil
+}
+
+// PodNS returns the namespace name a pod's processes run in (for tests and tools).
+func (l *Lab) PodNS(name string) (string, error) {
+	p, err := l.pod(name)
+	if err != nil {
+		return "", err
+	}
+	return p.ns, nil
 }

@@ -4,7 +4,7 @@
  * have security identities, rules are keyed by identity, every decision is a few map lookups
  * whatever the number of pods and policies. A tcx ingress program on every interface of a node
  * (after the Service load balancer, before the pod forwarding), fed by the project's policy
- * compiler (internal/lab/policy RenderBPF):
+ * compiler (internal/engine/policy RenderBPF):
  *
  *   pol_eps    local pod address -> endpoint id and which directions are isolated
  *   ipcache    LPM: address prefix -> identity (the longest prefix decides)

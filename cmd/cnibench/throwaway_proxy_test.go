@@ -15,8 +15,8 @@ import (
 	"testing"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 	"github.com/cnibench/cnibench/internal/lab/dataplane"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
 )
 
 type throwawayProxy struct{}

@@ -21,7 +21,7 @@ import (
 const recordNamespace = "cnbrec"
 
 // TestRecordProxyServices sets up the Services whose kube-proxy rules are recorded in
-// internal/lab/proxy/testdata/real (see the README there), on the cluster of
+// internal/engine/proxy/testdata/real (see the README there), on the cluster of
 // CNIBENCH_RECORD_KUBECONFIG (a held harness cluster): in namespace cnbrec, Service "web"
 // (TCP port "http" 80 -> targetPort 8080) over two pods, one per node, and Service "dns" (UDP
 // port "dns" 53) without endpoints. It returns once web's EndpointSlices list both pods as
@@ -31,7 +31,7 @@ const recordNamespace = "cnbrec"
 func TestRecordProxyServices(t *testing.T) {
 	kc := os.Getenv("CNIBENCH_RECORD_KUBECONFIG")
 	if kc == "" {
-		t.Skip("CNIBENCH_RECORD_KUBECONFIG=KUBECONFIG creates the Services recorded in internal/lab/proxy/testdata/real")
+		t.Skip("CNIBENCH_RECORD_KUBECONFIG=KUBECONFIG creates the Services recorded in internal/engine/proxy/testdata/real")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

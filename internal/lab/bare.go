@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/cnibench/cnibench/internal/cluster"
 )
 
 // BarePair implements cluster.Cluster: two namespaces joined by one veth pair and nothing
@@ -32,16 +33,6 @@ func (l *Lab) BarePair(ctx context.Context, client, server string) (cluster.Pod,
 		return cluster.Pod{}, cluster.Pod{}, fmt.Errorf("bare veth pair: %w", err)
 	}
 	return c.Pod, s.Pod, nil
-}
-
-// freeNames checks that names are valid pod names no pod has yet (call with l.mu held).
-func (l *Lab) freeNames(names ...string) error {
-	for _, n := range names {
-		if _, dup := l.pods[n]; dup || !podNameRe.MatchString(n) {
-			return fmt.Errorf("invalid or duplicate pod name %q", n)
-		}
-	}
-	return nil
 }
 
 func (l *Lab) wireBare(c, s *pod) error {

@@ -3,13 +3,12 @@ package lab
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
 )
 
 // Pod processes run in their node's cgroup: one cgroup v2 directory per lab node, named with the
@@ -55,27 +54,4 @@ func removeCgroup(dir string) error {
 			return &os.PathError{Op: "remove cgroup", Path: dir, Err: err}
 		}
 	}
-}
-
-// startPod starts cmd in pod p's network namespace and its node's cgroup.
-func (l *Lab) startPod(p *pod, cmd *exec.Cmd) error {
-	n, err := l.node(p.Node)
-	if err != nil {
-		return err
-	}
-	if cg := l.nodeCgroup(n); cg != "" {
-		f, err := os.Open(cg)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if cmd.SysProcAttr == nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{}
-		}
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(f.Fd())
-	}
-	if dirs := l.cpuCgroups(p); len(dirs) > 0 {
-		return startGated(cmd, dirs, func(c *exec.Cmd) error { return startInNS(p.ns, c) })
-	}
-	return startInNS(p.ns, cmd)
 }

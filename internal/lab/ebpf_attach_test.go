@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/cnibench/cnibench/internal/cluster"
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
 	"github.com/cnibench/cnibench/internal/scenario"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/cnibench/cnibench/internal/cluster"
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
 	"github.com/cnibench/cnibench/internal/scenario"
 )
 

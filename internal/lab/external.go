@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -120,13 +119,4 @@ func (l *Lab) deleteExternal(p *pod) error {
 		l.mu.Unlock()
 	}
 	return errors.Join(errs...)
-}
-
-// startProc starts cmd in pod p: in its namespace, and in its node's cgroup unless it is an
-// external client.
-func (l *Lab) startProc(p *pod, cmd *exec.Cmd) error {
-	if p.External {
-		return startInNS(p.ns, cmd)
-	}
-	return l.startPod(p, cmd)
 }

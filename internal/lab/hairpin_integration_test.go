@@ -15,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cnibench/cnibench/internal/cluster"
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 )
 
 // hairpinCase is one combination of TestServiceHairpin: a data plane and a proxy, and how the

@@ -3,34 +3,12 @@ package lab
 import (
 	"fmt"
 	"net"
-	"path/filepath"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-
-	"github.com/cnibench/cnibench/internal/lab/dataplane"
-	cnbnetns "github.com/cnibench/cnibench/internal/netns"
 )
 
 const underlayBridge = "underlay"
-
-// withHandle runs fn with a netlink handle in the named namespace.
-func withHandle(name string, fn func(h *netlink.Handle) error) error {
-	h, err := cnbnetns.Netlink(name)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	return fn(h)
-}
-
-func linkUp(name string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return err
-	}
-	return netlink.LinkSetUp(l)
-}
 
 func nthIP(base net.IP, n int) net.IP {
 	ip := make(net.IP, 4)
@@ -135,26 +113,9 @@ func (l *Lab) plugNode(i int, n *node) error {
 	})
 }
 
-// view is what the data-plane engines see of a node.
-func (l *Lab) view(n *node) dataplane.Node {
-	return dataplane.Node{Index: n.index, Name: n.name, NS: n.ns, Path: nsPath(n.ns), IP: n.ip, PodCIDR: n.podCIDR, Blocks: n.blocks(),
-		BPFDir: filepath.Join(l.StateDir(), "bpf-"+n.name), Dir: filepath.Join(l.StateDir(), "node-"+n.name), PodMTU: l.PodMTU(), ClusterCIDR: l.clusterCIDR(), Cgroup: l.nodeCgroup(n),
-		Netlink: func(fn func(h *netlink.Handle) error) error { return withHandle(n.ns, fn) },
-		Sysctl:  func(key, value string) error { return writeSysctl(n.ns, key, value) }}
-}
-
 func (l *Lab) clusterCIDR() *net.IPNet {
 	_, cc, _ := net.ParseCIDR(l.cfg.ClusterCIDR)
 	return cc
-}
-
-// views are the engines' views of every node, in node order.
-func (l *Lab) views() []dataplane.Node {
-	out := make([]dataplane.Node, len(l.nodes))
-	for i, n := range l.nodes {
-		out[i] = l.view(n)
-	}
-	return out
 }
 
 // buildPodNetwork programs what the emulated CNI's node agent programs: the overlay devices

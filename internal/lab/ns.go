@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os/exec"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/cnibench/cnibench/internal/netns"
 )
 
@@ -40,3 +42,24 @@ func writeSysctl(ns, key, value string) error { return netns.SetSysctl(ns, key, 
 
 // nsPIDs lists the processes (other than this one) whose network namespace is the named one.
 func nsPIDs(name string) []int { return netns.PIDs(name) }
+
+// withHandle runs fn with a netlink handle in the named namespace.
+func withHandle(name string, fn func(h *netlink.Handle) error) error {
+	h, err := netns.Netlink(name)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	return fn(h)
+}
+
+func linkUp(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	return netlink.LinkSetUp(l)
+}
+
+// killNSProcs kills every process in a namespace (netns.KillAll).
+func killNSProcs(name string) error { return netns.KillAll(name) }

@@ -14,8 +14,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/engine/policy"
 	"github.com/cnibench/cnibench/internal/lab/dataplane"
-	"github.com/cnibench/cnibench/internal/lab/policy"
 )
 
 // CreateNetworkPolicies implements cluster.Cluster: the policies (all in the lab's one

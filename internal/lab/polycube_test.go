@@ -21,7 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cnibench/cnibench/internal/cluster"
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
 	"github.com/cnibench/cnibench/internal/netns"
 )
 

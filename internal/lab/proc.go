@@ -10,10 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
-	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/procs"
 )
 
@@ -150,27 +150,6 @@ func (l *Lab) stopProcs(pod string) {
 	}
 }
 
-// NodeCPU implements cluster.Cluster. Lab nodes share the host kernel, so the sample is the
-// host's /proc/stat "cpu" line (recorded as host-wide in the environment).
-func (l *Lab) NodeCPU(ctx context.Context, nodeName string) (cluster.CPUSample, error) {
-	if _, err := l.node(nodeName); err != nil {
-		return cluster.CPUSample{}, err
-	}
-	return HostCPU()
-}
-
-// HostCPU reads the aggregate "cpu" line of /proc/stat.
-func HostCPU() (cluster.CPUSample, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return cluster.CPUSample{}, err
-	}
-	return cluster.ParseProcStat(b)
-}
-
-// killNSProcs kills every process in a namespace (netns.KillAll).
-func killNSProcs(name string) error { return netns.KillAll(name) }
-
 // SelfEnv names a cnibench executable for lab pods to run (tests set it to a binary they
 // built); without it pods run the running executable when that is cnibench.
 const SelfEnv = "CNIBENCH_SELF"
@@ -186,4 +165,36 @@ func SelfExecutable() string {
 		return ""
 	}
 	return exe
+}
+
+// startPod starts cmd in pod p's network namespace and its node's cgroup.
+func (l *Lab) startPod(p *pod, cmd *exec.Cmd) error {
+	n, err := l.node(p.Node)
+	if err != nil {
+		return err
+	}
+	if cg := l.nodeCgroup(n); cg != "" {
+		f, err := os.Open(cg)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(f.Fd())
+	}
+	if dirs := l.cpuCgroups(p); len(dirs) > 0 {
+		return startGated(cmd, dirs, func(c *exec.Cmd) error { return startInNS(p.ns, c) })
+	}
+	return startInNS(p.ns, cmd)
+}
+
+// startProc starts cmd in pod p: in its namespace, and in its node's cgroup unless it is an
+// external client.
+func (l *Lab) startProc(p *pod, cmd *exec.Cmd) error {
+	if p.External {
+		return startInNS(p.ns, cmd)
+	}
+	return l.startPod(p, cmd)
 }

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 	"github.com/cnibench/cnibench/internal/lab/dataplane"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
 )
 
 // serviceBase is the /16 the lab's ClusterIPs come from (they exist only in the rules).
@@ -401,41 +401,24 @@ func (l *Lab) proxySync() string {
 	return l.cfg.Sync
 }
 
-// filtered readies every node, once, for Services and policies that filter pod traffic in the
-// node's IP stack (the attach kind knows what that takes: bridged traffic must pass the IP
-// hooks, redirected traffic must not skip them).
-func (l *Lab) filtered() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.filtering || !l.dp.StackFiltered() {
-		return nil
+// nodePortServer is what a proxy engine that may not serve NodePort Services says about it. An
+// engine without the method serves them (kube-proxy's iptables and nftables layouts program
+// them on every node); one whose method says false programs ClusterIPs only, and the lab
+// reports NodePort cases on it as skipped.
+type nodePortServer interface {
+	ServesNodePorts() bool
+}
+
+var _ cluster.NodePortChecker = (*Lab)(nil)
+
+// NodePorts implements cluster.NodePortChecker: the lab serves NodePort Services where its
+// proxy engine programs Services here at all and does not say it lacks NodePorts.
+func (l *Lab) NodePorts() error {
+	if err := l.proxyUsable(); err != nil {
+		return err
 	}
-	for _, n := range l.nodes {
-		if err := l.dp.Attach.Filtered(l.view(n)); err != nil {
-			return err
-		}
+	if s, ok := l.dp.Proxy.(nodePortServer); ok && !s.ServesNodePorts() {
+		return cluster.Unsupported("proxy %s does not serve NodePorts (yet): it programs ClusterIPs only", l.dp.Proxy.Name())
 	}
-	l.filtering = true
 	return nil
-}
-
-// record keeps figures of the last programming for Programmed.
-func (l *Lab) record(m map[string]float64) {
-	l.progMu.Lock()
-	defer l.progMu.Unlock()
-	for k, v := range m {
-		l.programmed[k] = v
-	}
-}
-
-// Programmed implements cluster.Cluster: what the last Service and policy programming
-// installed in each node, and how long it took.
-func (l *Lab) Programmed(ctx context.Context) map[string]float64 {
-	l.progMu.Lock()
-	defer l.progMu.Unlock()
-	out := make(map[string]float64, len(l.programmed))
-	for k, v := range l.programmed {
-		out[k] = v
-	}
-	return out
 }

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cnibench/cnibench/internal/hosttools"
-	"github.com/cnibench/cnibench/internal/nf/kernel"
+	"github.com/cnibench/cnibench/internal/iptsave"
 )
 
 // The kernel-forwarding VNF: seed 002's packet-forwarding VNF with the forwarding done by the
@@ -511,7 +511,7 @@ func (r knfRules) count(res *KnfResult) error {
 	if err != nil {
 		return err
 	}
-	p, b, found, err := kernel.RuleCounters(out, "-A "+knfChain+" ")
+	p, b, found, err := iptsave.RuleCounters(out, "-A "+knfChain+" ")
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
 )
 
 // ebpfAttach: Cilium's pod attachment with BPF host routing. Pods are routed /32 veths as in

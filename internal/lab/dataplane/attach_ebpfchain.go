@@ -9,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
 )
 
 // ebpfChain: seed 003's Kubernetes network provider (Polycube's polykube), its router,

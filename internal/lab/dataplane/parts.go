@@ -5,8 +5,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/cnibench/cnibench/internal/lab/policy"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
+	"github.com/cnibench/cnibench/internal/engine/policy"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 )
 
 // Attach wires pods to their node, the way a CNI plugin and its node agent do.

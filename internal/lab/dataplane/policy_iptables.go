@@ -1,6 +1,6 @@
 package dataplane
 
-import "github.com/cnibench/cnibench/internal/lab/policy"
+import "github.com/cnibench/cnibench/internal/engine/policy"
 
 // iptablesPolicy: kube-router's layout (KUBE-ROUTER-FORWARD dispatching each local pod's
 // address to its KUBE-POD-FW chain, a KUBE-NWPLCY chain per policy, ipsets for selectors,

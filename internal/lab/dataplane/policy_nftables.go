@@ -1,6 +1,6 @@
 package dataplane
 
-import "github.com/cnibench/cnibench/internal/lab/policy"
+import "github.com/cnibench/cnibench/internal/engine/policy"
 
 // nftablesPolicy: one table whose forward chain dispatches with address-keyed verdict maps
 // (one lookup whatever the pod count), interval sets for ipBlocks; one nft transaction.

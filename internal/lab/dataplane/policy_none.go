@@ -2,7 +2,7 @@ package dataplane
 
 import (
 	"errors"
-	"github.com/cnibench/cnibench/internal/lab/policy"
+	"github.com/cnibench/cnibench/internal/engine/policy"
 )
 
 // noPolicy: NetworkPolicies are not enforced (Flannel, baselines).

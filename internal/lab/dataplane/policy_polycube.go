@@ -3,8 +3,8 @@ package dataplane
 import (
 	"fmt"
 
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
-	"github.com/cnibench/cnibench/internal/lab/policy"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/policy"
 )
 
 // polycubePolicy: NetworkPolicies enforced by the firewall cube of seed 003's provider (the

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/cnibench/cnibench/internal/cluster"
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 )
 
 // The polycube presets resolve to their own parts; the provider's attach kinds, proxy and

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 )
 
 // ebpfProxy: Services load-balanced by eBPF as Cilium's kube-proxy replacement does.

@@ -1,6 +1,6 @@
 package dataplane
 
-import "github.com/cnibench/cnibench/internal/lab/proxy"
+import "github.com/cnibench/cnibench/internal/engine/proxy"
 
 // iptablesProxy: kube-proxy's iptables layout (KUBE-SERVICES -> KUBE-SVC-<hash> ->
 // KUBE-SEP-<hash>, statistic --mode random), applied with one iptables-restore per node through

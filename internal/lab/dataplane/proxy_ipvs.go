@@ -3,7 +3,7 @@ package dataplane
 import (
 	"errors"
 	"fmt"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 )
 
 // ipvsProxy: kube-proxy's IPVS layout (virtual servers, the kube-ipvs0 dummy device, ipsets),

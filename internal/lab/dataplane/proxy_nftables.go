@@ -1,6 +1,6 @@
 package dataplane
 
-import "github.com/cnibench/cnibench/internal/lab/proxy"
+import "github.com/cnibench/cnibench/internal/engine/proxy"
 
 // nftablesProxy: kube-proxy's nftables layout (table ip kube-proxy, the service-ips verdict
 // map, numgen random to endpoint chains), one nft transaction per node.

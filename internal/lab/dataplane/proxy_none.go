@@ -2,7 +2,7 @@ package dataplane
 
 import (
 	"errors"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 )
 
 // noProxy: no Service implementation (baselines, and presets whose proxy is not built yet).

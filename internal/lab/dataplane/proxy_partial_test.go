@@ -15,8 +15,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 	"github.com/cnibench/cnibench/internal/names"
 	"github.com/cnibench/cnibench/internal/netns"
 	"github.com/cnibench/cnibench/internal/nf"

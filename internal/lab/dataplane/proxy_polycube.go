@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/cnibench/cnibench/internal/lab/bpfdp"
-	"github.com/cnibench/cnibench/internal/lab/proxy"
+	"github.com/cnibench/cnibench/internal/engine/bpfdp"
+	"github.com/cnibench/cnibench/internal/engine/proxy"
 )
 
 // polycubeProxy: the Service tables of seed 003's provider (attach ebpf-chain or ebpf-mono),

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/iptsave"
 	"github.com/cnibench/cnibench/internal/kube"
-	"github.com/cnibench/cnibench/internal/nf/kernel"
 )
 
 // chainOnCluster builds a service-function chain of two route-iptables pods between a client
@@ -70,10 +70,10 @@ func chainOnCluster(t *testing.T, h *Harness, bin string) {
 		if err != nil || res.ExitCode != 0 {
 			t.Fatalf("iptables-save in %s: %v %s", pod, err, res.Stderr)
 		}
-		if n, ok, err := kernel.RulePackets(res.Stdout, "--dport 5201 -j ACCEPT"); err != nil || !ok || n == 0 {
+		if n, ok, err := iptsave.RulePackets(res.Stdout, "--dport 5201 -j ACCEPT"); err != nil || !ok || n == 0 {
 			t.Errorf("%s forwarded no packet of the allowed flow (%d, rule found %v, %v):\n%s", pod, n, ok, err, res.Stdout)
 		}
-		drops, err := kernel.ForwardDrops(res.Stdout)
+		drops, err := iptsave.ForwardDrops(res.Stdout)
 		if err != nil {
 			t.Fatal(err)
 		}

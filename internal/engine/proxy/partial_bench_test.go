@@ -1,0 +1,173 @@
+package proxy
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cnibench/cnibench/internal/stats"
+)
+
+// partialBenchEngine is a proxy with partial syncs as BenchmarkAddOneAt10k drives it.
+type partialBenchEngine struct {
+	benchEngine // name, apply, chains (the render there is unused)
+	render      func(prev any, svcs []Service, opt Options) ([]byte, any, Counts)
+}
+
+func nftPartial(prev any, svcs []Service, opt Options) ([]byte, any, Counts) {
+	p, _ := prev.(*NFTState)
+	return RenderNFTablesPartial(p, svcs, opt)
+}
+
+func iptPartial(prev any, svcs []Service, opt Options) ([]byte, any, Counts) {
+	p, _ := prev.(*IPTState)
+	return RenderIPTablesPartial(p, svcs, opt)
+}
+
+var partialBenchEngines = []partialBenchEngine{
+	{benchEngineNamed("iptables-nft"), iptPartial},
+	{benchEngineNamed("iptables-legacy"), iptPartial},
+	{benchEngineNamed("nftables"), nftPartial},
+}
+
+func benchEngineNamed(name string) benchEngine {
+	for _, e := range benchEngines {
+		if e.name == name {
+			return e
+		}
+	}
+	panic("no benchmark engine " + name)
+}
+
+// BenchmarkAddOneAt10k programs 10,000 Services with one endpoint each into a fresh namespace
+// (a full rendering), then adds one Service with a partial sync (RenderNFTablesPartial,
+// RenderIPTablesPartial: only what changed), then one more with a full resync (everything
+// rendered and applied again, as the lab's "full" sync mode does), for iptables-nft,
+// iptables-legacy and nftables. Reported per iteration: partial_render_s + partial_apply_s
+// and full_render_s + full_apply_s for the +1 Service, the partial input's size and what it
+// touches (changed), and the first programming (initial_s). The namespace is checked after
+// both updates. Each iteration takes seconds:
+//
+//	go test -run '^$' -bench AddOneAt10k -benchtime 1x ./internal/engine/proxy/
+func BenchmarkAddOneAt10k(b *testing.B) {
+	for _, e := range partialBenchEngines {
+		b.Run(e.name, func(b *testing.B) { benchAddOne(b, e, Options{ClusterCIDR: "10.244.0.0/16"}) })
+	}
+}
+
+func benchAddOne(b *testing.B, e partialBenchEngine, opt Options) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	svcs := benchSvcs(benchServices + 2)
+	var initial, prender, papply, frender, fapply time.Duration
+	var size, changed int
+	check := func(ns string, c Counts, services int) {
+		b.Helper()
+		if n, err := e.chains(ns); err != nil || n != c.Chains || c.Services != services {
+			b.Fatalf("%d chains installed (%v), rendered %d chains for %d Services", n, err, c.Chains, c.Services)
+		}
+	}
+	for range b.N {
+		ns := benchNS(b)
+		t0 := time.Now()
+		in, st, cnt := e.render(nil, svcs[:benchServices], opt)
+		if err := e.apply(ns, in); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		in, st, cnt = e.render(st, svcs[:benchServices+1], opt)
+		t2 := time.Now()
+		if err := e.apply(ns, in); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		check(ns, cnt, benchServices+1)
+		size, changed = len(in), cnt.Changed
+		o := opt
+		o.Stale = cnt.Names // what the lab passes to a full rendering: the chains it installed
+		t4 := time.Now()
+		in, _, cnt = e.render(nil, svcs[:benchServices+2], o)
+		t5 := time.Now()
+		if err := e.apply(ns, in); err != nil {
+			b.Fatal(err)
+		}
+		t6 := time.Now()
+		check(ns, cnt, benchServices+2)
+		initial += t1.Sub(t0)
+		prender, papply = prender+t2.Sub(t1), papply+t3.Sub(t2)
+		frender, fapply = frender+t5.Sub(t4), fapply+t6.Sub(t5)
+	}
+	n := float64(b.N)
+	b.ReportMetric(initial.Seconds()/n, "initial_s")
+	b.ReportMetric(prender.Seconds()/n, "partial_render_s")
+	b.ReportMetric(papply.Seconds()/n, "partial_apply_s")
+	b.ReportMetric(frender.Seconds()/n, "full_render_s")
+	b.ReportMetric(fapply.Seconds()/n, "full_apply_s")
+	b.ReportMetric(float64(size), "partial_input_B")
+	b.ReportMetric(float64(changed), "changed")
+	b.ReportMetric(0, "ns/op") // the seconds above say it better
+}
+
+// BenchmarkNFTNetlinkVsNft adds one Service to 10,000 (a partial rendering) and removes it
+// again, through netlink (applyNFTNetlink, what ApplyNFTables does with a partial input) and
+// through `nft -f`, the two ways alternating which goes first, in one namespace. Reported: the
+// mean times, and nft's over netlink's paired by iteration with its 95 % interval (ratio_lo,
+// ratio_hi), for the addition and the removal:
+//
+//	go test -run '^$' -bench NFTNetlinkVsNft -benchtime 20x ./internal/engine/proxy/
+func BenchmarkNFTNetlinkVsNft(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	ns := benchNS(b)
+	opt := Options{ClusterCIDR: "10.244.0.0/16"}
+	svcs := benchSvcs(benchServices + 1)
+	in, st, _ := RenderNFTablesPartial(nil, svcs[:benchServices], opt)
+	if err := ApplyNFTables(ns, in); err != nil {
+		b.Fatal(err)
+	}
+	add, st2, _ := RenderNFTablesPartial(st, svcs, opt)
+	del, _, _ := RenderNFTablesPartial(st2, svcs[:benchServices], opt)
+	ways := map[string]func([]byte) error{
+		"netlink": func(in []byte) error { return applyNFTNetlink(ns, in) },
+		"nft":     func(in []byte) error { return run(ns, "nft", []string{"-f", "-"}, in) },
+	}
+	took := map[string]map[int]float64{} // "<way> add|remove" -> iteration -> ms
+	for i := range b.N {
+		order := []string{"netlink", "nft"}
+		if i%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, w := range order {
+			for _, step := range []struct {
+				what string
+				in   []byte
+			}{{"add", add}, {"remove", del}} {
+				t0 := time.Now()
+				if err := ways[w](step.in); err != nil {
+					b.Fatalf("%s %s: %v", w, step.what, err)
+				}
+				k := w + " " + step.what
+				if took[k] == nil {
+					took[k] = map[int]float64{}
+				}
+				took[k][i] = float64(time.Since(t0).Microseconds()) / 1000
+			}
+		}
+	}
+	for _, what := range []string{"add", "remove"} {
+		for _, w := range []string{"netlink", "nft"} {
+			sum := 0.0
+			for _, v := range took[w+" "+what] {
+				sum += v
+			}
+			b.ReportMetric(sum/float64(b.N), what+"_"+w+"_ms")
+		}
+		r := stats.PairedRatio(took["nft "+what], took["netlink "+what])
+		b.ReportMetric(r.Ratio, what+"_nft/netlink")
+		b.ReportMetric(r.CI95Low, what+"_ratio_lo")
+		b.ReportMetric(r.CI95High, what+"_ratio_hi")
+	}
+	b.ReportMetric(0, "ns/op")
+}

@@ -16,7 +16,7 @@ const (
 	// mounts, CPU pinning, the tool list, owner records and locks, sockets, Open vSwitch).
 	Host
 	// Engines: the network functions of the chains, the packet engine, the hop tracer and the
-	// lab's data plane engines (proxy, policy, eBPF data path).
+	// data-plane engines that need no namespace (internal/engine: proxy, policy, eBPF data path).
 	Engines
 	// Tools: the measurement drivers, the tools image and the host checks (doctor).
 	Tools
@@ -72,14 +72,13 @@ var Layers = map[string]int{
 	"internal/ethtool":   Host,
 	"internal/afpacket":  Host,
 	"internal/xsk":       Host,
+	"internal/iptsave":   Host,
 	"internal/ovs":       Host,
 
 	"internal/nf/...":     Engines, // the network functions, their kinds and nftest
 	"internal/pktengine":  Engines,
 	"internal/hoptrace":   Engines,
-	"internal/lab/proxy":  Engines,
-	"internal/lab/policy": Engines,
-	"internal/lab/bpfdp":  Engines,
+	"internal/engine/...": Engines, // the lab's rule renderers, policy compiler and eBPF data path
 
 	"internal/driver": Tools,
 	"internal/image":  Tools,

@@ -19,7 +19,7 @@ import (
 func catalog() plan.Catalog {
 	cat := plan.Catalog{Scenarios: map[string]scenario.Info{}, NumCPU: runtime.NumCPU(),
 		Words: map[string][]string{"proxy": dataplane.Proxies(), "policy": dataplane.PolicyEngines(), "nf": nf.Names(),
-			"vnf": scenario.VNFKinds(), "search": scenario.VNFSearches(), "change": scenario.ChangeKinds()},
+			"change": scenario.ChangeKinds()},
 		Tools: func(p string) string {
 			d, err := driver.For(p)
 			if err != nil {

@@ -34,7 +34,7 @@ func TestVNFRun(t *testing.T) {
 		t.Fatalf("%d results, want 4 (stderr %s)", len(s.Results), r.stderr)
 	}
 	for _, cr := range s.Results {
-		exclusive := cr.Case.CPUIsolation == "exclusive"
+		exclusive := cr.Case.Word("cpu-isolation") == "exclusive"
 		if exclusive && runtime.NumCPU() < 3 {
 			if cr.Status != "skipped" || !strings.Contains(cr.Reason, "exclusive CPUs") {
 				t.Errorf("%s: %s (%s), want skipped for want of CPUs", cr.Case.ID, cr.Status, cr.Reason)
@@ -55,7 +55,7 @@ func TestVNFRun(t *testing.T) {
 		if m("search_trials_count") < 3 || m("latency_p50_us") <= 0 || m("receiver_ring_drops_count") != 0 {
 			t.Errorf("%s: %d trials, latency p50 %g us, ring drops %g", cr.Case.ID, int(m("search_trials_count")), m("latency_p50_us"), m("receiver_ring_drops_count"))
 		}
-		if cr.Case.ID != "vnf/flannel/split/gtpu/vnf=userspace/iso=shared/lb="+cr.Case.LB+"/rep=2/cpu=1000/size=256" || cr.Case.Tool != "cnibench-pkt" {
+		if cr.Case.ID != "vnf/flannel/split/gtpu/vnf=userspace/iso=shared/lb="+cr.Case.Word("lb")+"/rep=2/cpu=1000/size=256" || cr.Case.Tool != "cnibench-pkt" {
 			t.Errorf("case %+v", cr.Case)
 		}
 	}

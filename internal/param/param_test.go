@@ -8,7 +8,7 @@ import (
 // The built-in table: keys in id order, each label and id key once, values in range.
 func TestTable(t *testing.T) {
 	keys := Keys()
-	if keys[0] != "services" || keys[len(keys)-1] != "fragment" || !slices.Contains(keys, "frame-size") {
+	if keys[0] != "services" || keys[len(keys)-1] != "fragment" || !slices.Contains(keys, "chain-length") {
 		t.Errorf("keys %v", keys)
 	}
 	labels, ids := map[string]bool{}, map[string]bool{}
@@ -26,8 +26,8 @@ func TestTable(t *testing.T) {
 	if st.Store(1) != 0 || st.Shown(0) != 1 || st.InID(0) || !st.InID(4) || st.LoadOf(4) != 0 {
 		t.Errorf("streams: one stream is stored as 0 and shown as 1, out of the id, no load")
 	}
-	if p, ok := ByLabel("frame_size"); !ok || p.Key != "frame-size" {
-		t.Errorf("ByLabel(frame_size) = %+v %v", p, ok)
+	if p, ok := ByLabel("chain_length"); !ok || p.Key != "chain-length" {
+		t.Errorf("ByLabel(chain_length) = %+v %v", p, ok)
 	}
 }
 
@@ -44,7 +44,7 @@ func TestRegister(t *testing.T) {
 	}
 	for name, bad := range map[string]Param{
 		"other help":  {Key: "test-depth", Label: "test_depth", Help: "other", Min: 1, Max: 9, ID: "tdepth"},
-		"taken label": {Key: "test-other", Label: "frame_size", Help: "h"},
+		"taken label": {Key: "test-other", Label: "chain_length", Help: "h"},
 		"taken id":    {Key: "test-other", Label: "test_other", Help: "h", ID: "svc"},
 		"no label":    {Key: "test-other", Help: "h"},
 		"bad range":   {Key: "test-other", Label: "test_other", Min: 5, Max: 1},

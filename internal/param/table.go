@@ -1,8 +1,9 @@
 package param
 
-// The parameters several scenarios share or the shared layers know (load, workload, the lab's
-// parts) and those of the built-in scenarios, in id order. A scenario may declare more of its
-// own (scenario.Info.Declares); which scenario uses which is its Info.Params.
+// The parameters several scenarios share or the shared layers read (load, workload, the lab's
+// parts, a chain's kinds, the lab's sync mode, a NodePort's externalTrafficPolicy), in id
+// order. A scenario declares those only it reads itself (scenario.Info.Declares: the vnf
+// scenario's eight); which scenario uses which shared one is its Info.Params.
 func init() {
 	for _, p := range []Param{
 		{Key: "services", Label: "services", Help: "Service counts to sweep (scenarios with Services)",
@@ -26,30 +27,11 @@ func init() {
 		{Key: "external-traffic-policy", Label: "external_traffic_policy", Kind: Word,
 			Help:  "n2s: the NodePort Service's externalTrafficPolicy, Kubernetes' Cluster and Local in lower case (default both)",
 			Order: 100, Words: []string{"cluster", "local"}, ID: "etp"},
-		{Key: "vnf", Label: "vnf", Kind: Word, Help: "vnf: VNF kinds to sweep (default userspace)",
-			Order: 110, ID: "vnf", Place: Variant},
-		{Key: "cpu-limit", Label: "cpu_limit", Help: "vnf: each VNF replica's CPU limit in millicores, to sweep (0 = none; default 0)",
-			Order: 120, Max: 64000, ID: "cpu", Sweep: true},
-		{Key: "cpu-isolation", Label: "cpu_isolation", Kind: Word,
-			Help:  "vnf: the VNF's CPUs shared with the node's other pods (Kubernetes' Burstable) or exclusive to it (Guaranteed, static CPU manager) (default shared)",
-			Order: 130, Words: []string{"shared", "exclusive"}, ID: "iso"},
-		{Key: "frame-size", Label: "frame_size", Help: "vnf: frame sizes in bytes with FCS, to sweep (default 256)",
-			Order: 140, Min: 64, Max: 1518, ID: "size", Sweep: true},
-		{Key: "lb", Label: "lb", Kind: Word,
-			Help:  "vnf: what spreads the traffic over the VNF's replicas: a ClusterIP Service or a user-space UDP load balancer pod on the generator's node (ingress) or the other (ingress-remote, as seed 002's Ingress controller) (default service)",
-			Order: 150, Words: []string{"service", "ingress", "ingress-remote"}, ID: "lb"},
-		{Key: "search", Label: "search", Kind: Word,
-			Help:  "vnf: NDR/PDR by an MLRsearch-style search (mlr), by RFC 2544 binary searches (binary), or seed 002's maximum feasible throughput by a rate rising 5 % a step (ramp) (default mlr)",
-			Order: 160, ID: "search"},
 		{Key: "change", Label: "change", Kind: Word, Help: "change: the kinds of change to time, each made and taken back again and again (default all)",
 			Order: 170, ID: "change"},
 		{Key: "sync", Label: "sync", Kind: Word,
 			Help:  "change, lab: the proxy programs only what changed (partial, as kube-proxy's partial syncs) or every Service again (full) (default partial)",
 			Order: 180, Words: []string{"partial", "full"}, ID: "sync", Compare: Against},
-		{Key: "noisy", Label: "noisy", Help: "vnf: CPU-bound pods beside the VNF replicas (seed 002's local calculation), to sweep (default 0)",
-			Order: 190, Max: 64, ID: "noisy", Sweep: true, Load: true, Compare: Scale},
-		{Key: "noisy-cpu-limit", Label: "noisy_cpu_limit", Help: "vnf: each noisy pod's CPU limit in millicores, to sweep (0 = none; default 0)",
-			Order: 200, Max: 64000, ID: "ncpu", Sweep: true, Compare: Scale},
 		{Key: "streams", Label: "streams",
 			Help:  "parallel streams to sweep: iperf3 -P for tcp,udp; concurrent netperf instances for rr,crr,udprr, rates summed (default 1)",
 			Order: 210, Min: 1, Max: 64, Neutral: 1, ID: "streams", Sweep: true, Workload: true},

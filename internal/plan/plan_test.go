@@ -917,8 +917,7 @@ func TestExpandExternalTrafficPolicy(t *testing.T) {
 // (vnf > cpu-limit > cpu-isolation > frame-size), in the ids (kind and isolation as words,
 // limit and size as scale suffixes); values checked; from the flags too.
 func TestExpandVNFKeys(t *testing.T) {
-	cat := testCatalog()
-	cat.Words = map[string][]string{"vnf": {"userspace", "kernel"}}
+	cat := testCatalog() // the vnf scenario's parameters as it declares them (internal/scenario, vnf.go)
 	cat.Scenarios["vnf"] = scenario.Info{
 		Placements: []string{"intra", "inter", "split"}, Protocols: []string{"gtpu", "udp"}, DefaultProtocols: []string{"gtpu"},
 		DefaultDataplanes: []string{"flannel"}, Params: []string{"replicas", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb"},
@@ -939,20 +938,19 @@ func TestExpandVNFKeys(t *testing.T) {
 	if got := ids(specs); !reflect.DeepEqual(got, want) {
 		t.Errorf("ids\n got %v\nwant %v", got, want)
 	}
-	if c := specs[2].Case; c.VNF != "kernel" || c.CPULimit != 200 || c.CPUIsolation != "exclusive" || c.FrameSize != 64 || c.Variant() != "flannel vnf=kernel" || c.Primary() != "ndr_pps" || c.BaselineID() != "" {
+	if c := specs[2].Case; c.Word("vnf") != "kernel" || c.Int("cpu-limit") != 200 || c.Word("cpu-isolation") != "exclusive" || c.Int("frame-size") != 64 || c.Variant() != "flannel vnf=kernel" || c.Primary() != "ndr_pps" || c.BaselineID() != "" {
 		t.Errorf("labels %+v variant %q", c, c.Variant())
 	}
 	if specs, err := Expand(mustParse(t, "- scenario: vnf\n  lb: [service, ingress]\n  placement: inter\n"), cat, "lab", BuiltinDefaults()); err != nil || len(specs) != 2 ||
-		specs[1].Case.LB != "ingress" || specs[1].Case.ID != "vnf/flannel/inter/gtpu/vnf=userspace/iso=shared/lb=ingress/size=256" {
+		specs[1].Case.Word("lb") != "ingress" || specs[1].Case.ID != "vnf/flannel/inter/gtpu/vnf=userspace/iso=shared/lb=ingress/size=256" {
 		t.Errorf("lb sweep: %v %v", ids(specs), err)
 	}
-	cat.Words["search"] = []string{"binary", "mlr", "ramp"}
 	cat.Scenarios["vnf"] = func(i scenario.Info) scenario.Info {
 		i.Params = append(i.Params, "search", "noisy", "noisy-cpu-limit")
 		return i
 	}(cat.Scenarios["vnf"])
 	if specs, err := Expand(mustParse(t, "- scenario: vnf\n  placement: intra\n  search: [ramp]\n  noisy: [0, 4]\n  noisy-cpu-limit: [250]\n"), cat, "lab", BuiltinDefaults()); err != nil || len(specs) != 2 ||
-		specs[1].Case.Noisy != 4 || specs[1].Case.NoisyCPULimit != 250 || specs[1].Case.Search != "ramp" ||
+		specs[1].Case.Int("noisy") != 4 || specs[1].Case.Int("noisy-cpu-limit") != 250 || specs[1].Case.Word("search") != "ramp" ||
 		specs[1].Case.ID != "vnf/flannel/intra/gtpu/vnf=userspace/iso=shared/search=ramp/size=256/noisy=4/ncpu=250" {
 		t.Errorf("search and noisy: %v %v", ids(specs), err)
 	}
@@ -960,13 +958,13 @@ func TestExpandVNFKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if specs, err := Expand(Merge(nil, g), cat, "lab", BuiltinDefaults()); err != nil || len(specs) != 6 || specs[0].Case.CPULimit != 500 || specs[1].Case.FrameSize != 1518 {
+	if specs, err := Expand(Merge(nil, g), cat, "lab", BuiltinDefaults()); err != nil || len(specs) != 6 || specs[0].Case.Int("cpu-limit") != 500 || specs[1].Case.Int("frame-size") != 1518 {
 		t.Errorf("from flags: %v %v", ids(specs), err)
 	}
 	for plan, msg := range map[string]string{
 		"- scenario: vnf\n  cpu-isolation: [guaranteed]\n": `plans/x.yaml: [0].cpu-isolation[0]: unknown cpu-isolation "guaranteed" (valid: shared, exclusive)`,
 		"- scenario: vnf\n  lb: [metallb]\n":               `plans/x.yaml: [0].lb[0]: unknown lb "metallb" (valid: service, ingress, ingress-remote)`,
-		"- scenario: vnf\n  vnf: [dpdk]\n":                 `plans/x.yaml: [0].vnf[0]: unknown vnf "dpdk" (valid: userspace, kernel)`,
+		"- scenario: vnf\n  vnf: [dpdk]\n":                 `plans/x.yaml: [0].vnf[0]: unknown vnf "dpdk" (valid: kernel, userspace, xdp)`,
 		"- scenario: vnf\n  frame-size: [9000]\n":          "plans/x.yaml: [0].frame-size[0]: 9000 out of range (64..1518)",
 		"- scenario: vnf\n  cpu-limit: [-1]\n":             "plans/x.yaml: [0].cpu-limit[0]: -1 out of range (0..64000)",
 		"- scenario: p2p\n  frame-size: 64\n":              "plans/x.yaml: [0].frame-size: scenario p2p does not use frame-size",

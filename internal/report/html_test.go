@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnibench/cnibench/internal/param"
 	"github.com/cnibench/cnibench/internal/result"
 )
 
@@ -169,12 +170,13 @@ func TestHTMLSweepFollowsDims(t *testing.T) {
 func TestHTMLSweepChartsMore(t *testing.T) {
 	result.RegisterScenario("sweeptest", result.Judge{Primary: func(result.Case) string { return "ndr_pps" },
 		Charted: func(result.Case) []string { return []string{"pdr_pps"} }})
+	param.Register(param.Param{Key: "test-frame-size", Label: "test_frame_size", Min: 64, Max: 1518, ID: "tsize", Sweep: true})
 	var rs []result.CaseResult
 	for _, dp := range []string{"flannel", "calico"} {
 		for _, size := range []int{64, 1518, 256} {
 			r := res("sweeptest", dp, "intra", "udp", "ndr_pps", 1e6/float64(size))
 			r.Metrics["pdr_pps"] = result.MetricSummary{N: 2, TrimmedMean: 2e6 / float64(size)}
-			r.Case.FrameSize = size
+			r.Case.SetInt("test-frame-size", size)
 			r.Case.ID = r.Case.MakeID()
 			rs = append(rs, r)
 		}
@@ -182,12 +184,12 @@ func TestHTMLSweepChartsMore(t *testing.T) {
 	page := renderHTML(t, Run{Dir: "/out/r", Summary: result.Summary{Run: "r", Results: rs}})
 	got := map[string][]string{}
 	for _, f := range figures(page) {
-		if f.attrs["kind"] == "sweep" && f.attrs["dim"] == "frame_size" {
+		if f.attrs["kind"] == "sweep" && f.attrs["dim"] == "test_frame_size" {
 			got[f.attrs["metric"]] = f.cases
 		}
 	}
-	want := []string{"sweeptest/flannel/intra/udp/size=64", "sweeptest/flannel/intra/udp/size=256", "sweeptest/flannel/intra/udp/size=1518",
-		"sweeptest/calico/intra/udp/size=64", "sweeptest/calico/intra/udp/size=256", "sweeptest/calico/intra/udp/size=1518"}
+	want := []string{"sweeptest/flannel/intra/udp/tsize=64", "sweeptest/flannel/intra/udp/tsize=256", "sweeptest/flannel/intra/udp/tsize=1518",
+		"sweeptest/calico/intra/udp/tsize=64", "sweeptest/calico/intra/udp/tsize=256", "sweeptest/calico/intra/udp/tsize=1518"}
 	if len(got) != 2 || strings.Join(got["ndr_pps"], " ") != strings.Join(want, " ") || strings.Join(got["pdr_pps"], " ") != strings.Join(want, " ") {
 		t.Errorf("frame-size charts %v, want ndr_pps and pdr_pps over %v", got, want)
 	}

@@ -1,6 +1,8 @@
 package result
 
 import (
+	"github.com/cnibench/cnibench/internal/param"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -135,9 +137,10 @@ func (r Run) needSummary(format string) error {
 		r.Dir, SummaryJSONFile, format, r.Dir, ErrNotRun)
 }
 
-// caseLabels are a case's labels as name/value pairs, in the order of the case
-// labels (docs/design.md, result schema); external_traffic_policy, change, sync and scale dimensions beyond the four counts (mtu, nodes,
-// copy) only when set.
+// caseLabels are a case's labels as name/value pairs, in the order of the case labels
+// (docs/design.md, result schema); the Word parameters other than proxy and policy (nf,
+// external_traffic_policy, ..., internal/param) and scale dimensions beyond the four counts
+// (mtu, nodes, copy) only when set.
 func caseLabels(c Case) [][2]string {
 	l := [][2]string{
 		{"case", c.Key()}, {"scenario", c.Scenario}, {"backend", c.Backend},
@@ -145,14 +148,10 @@ func caseLabels(c Case) [][2]string {
 		{"proxy", c.Proxy}, {"policy", c.Policy}, {"placement", c.Placement},
 		{"protocol", c.Protocol}, {"tool", c.Tool},
 	}
-	if c.ExternalTrafficPolicy != "" {
-		l = append(l, [2]string{"external_traffic_policy", c.ExternalTrafficPolicy})
-	}
-	if c.Change != "" {
-		l = append(l, [2]string{"change", c.Change})
-	}
-	if c.Sync != "" {
-		l = append(l, [2]string{"sync", c.Sync})
+	for _, p := range param.All() {
+		if v := c.wordOf(p); p.Kind == param.Word && p.Place != param.Named && v != "" {
+			l = append(l, [2]string{p.Label, v})
+		}
 	}
 	for _, d := range c.Dims() {
 		switch d.Name {

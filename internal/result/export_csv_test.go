@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cnibench/cnibench/internal/result"
+	_ "github.com/cnibench/cnibench/internal/scenario" // the scenarios' own case parameters, as cnibench links them
 )
 
 // netperfHeader is k8s-netperf's result CSV header as its WriteCSVResult writes it

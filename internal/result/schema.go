@@ -38,28 +38,11 @@ type Case struct {
 	// ExternalTrafficPolicy is a NodePort Service's externalTrafficPolicy ("cluster" or
 	// "local") in scenarios that reach one from outside the cluster (n2s); "" elsewhere.
 	ExternalTrafficPolicy string `json:"external_traffic_policy,omitempty"`
-	// VNF, CPULimit, CPUIsolation and FrameSize are a packet-forwarding VNF's labels (the vnf
-	// scenario): its kind, each replica's CPU limit in millicores (0: none), whether its CPUs
-	// are "shared" or "exclusive", and the size of the frames it forwards (bytes with FCS).
-	VNF          string `json:"vnf,omitempty"`
-	CPULimit     int    `json:"cpu_limit,omitempty"`
-	CPUIsolation string `json:"cpu_isolation,omitempty"`
-	FrameSize    int    `json:"frame_size,omitempty"`
-	// LB is what spreads the VNF's traffic over its replicas: "service", "ingress" or
-	// "ingress-remote".
-	LB string `json:"lb,omitempty"`
-	// Search is how a VNF's trial finds its rates ("" or "mlr": NDR and PDR by an
-	// MLRsearch-style search; "binary": RFC 2544's; "ramp": seed 002's rising rate).
-	Search string `json:"search,omitempty"`
 	// Change is the kind of change the change scenario makes and times (service-add,
 	// service-remove, ...); Sync how the lab's proxy programs it: "partial" (only what changed,
 	// as kube-proxy's partial syncs) or "full" (every Service again).
 	Change string `json:"change,omitempty"`
 	Sync   string `json:"sync,omitempty"`
-	// Noisy is the number of CPU-bound pods beside a VNF's replicas (seed 002's "local
-	// calculation"), NoisyCPULimit each one's CPU limit in millicores (0: none).
-	Noisy         int `json:"noisy,omitempty"`
-	NoisyCPULimit int `json:"noisy_cpu_limit,omitempty"`
 	// MTU and Nodes are the lab's underlay MTU and node count (0 where the backend does not set
 	// them: a real cluster has its own); they are in the id only when a plan sweeps them.
 	MTU   int `json:"mtu,omitempty"`
@@ -76,7 +59,9 @@ type Case struct {
 	// noise between two copies); 0 and 1 are the first copy, later ones have "/copy=N" in the id.
 	Copy int `json:"copy,omitempty"`
 
-	// extra holds the labels of declared parameters without a field (params.go).
+	// extra holds the labels of declared parameters without a field (params.go): those a
+	// scenario declares (the vnf scenario's vnf, cpu_limit, cpu_isolation, frame_size, lb,
+	// search, noisy, noisy_cpu_limit).
 	extra string
 }
 

@@ -90,7 +90,7 @@ func TestScenariosSayThroughService(t *testing.T) {
 	}
 	vnf := fakeCase("vnf", "flannel", "intra", "gtpu")
 	for lb, want := range map[string]bool{"": true, "service": true, "ingress": false, "ingress-remote": false} {
-		vnf.LB = lb
+		vnf.SetWord("lb", lb)
 		if got := vnf.ThroughService(); got != want {
 			t.Errorf("vnf lb %q: ThroughService %v, want %v", lb, got, want)
 		}

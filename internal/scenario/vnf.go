@@ -16,6 +16,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/driver"
+	"github.com/cnibench/cnibench/internal/param"
 	"github.com/cnibench/cnibench/internal/pktengine"
 	"github.com/cnibench/cnibench/internal/result"
 	"github.com/cnibench/cnibench/internal/search"
@@ -142,10 +143,50 @@ const (
 	vnfIngressRemote = "ingress-remote" // the ingress pod on the other node
 )
 
+// The vnf scenario's own case parameters (Info.Declares), by key; a case's are read with
+// Case.Int and Case.Word.
+const (
+	pVNF        = "vnf"
+	pCPULimit   = "cpu-limit"
+	pIsolation  = "cpu-isolation"
+	pFrameSize  = "frame-size"
+	pLB         = "lb"
+	pSearch     = "search"
+	pNoisy      = "noisy"
+	pNoisyLimit = "noisy-cpu-limit"
+)
+
+// vnfParams declares them: a VNF's kind (a variant: "vnf=kernel" right after the protocol),
+// each replica's CPU limit and isolation, the frame size, the load balancer, the search, and
+// the noisy neighbours beside the replicas (a scale: seed 002's "local calculation").
+func vnfParams() []param.Param {
+	return []param.Param{
+		{Key: pVNF, Label: "vnf", Kind: param.Word, Help: "vnf: VNF kinds to sweep (default userspace)",
+			Order: 110, Values: VNFKinds, ID: "vnf", Place: param.Variant},
+		{Key: pCPULimit, Label: "cpu_limit", Help: "vnf: each VNF replica's CPU limit in millicores, to sweep (0 = none; default 0)",
+			Order: 120, Max: 64000, ID: "cpu", Sweep: true},
+		{Key: pIsolation, Label: "cpu_isolation", Kind: param.Word,
+			Help:  "vnf: the VNF's CPUs shared with the node's other pods (Kubernetes' Burstable) or exclusive to it (Guaranteed, static CPU manager) (default shared)",
+			Order: 130, Words: []string{"shared", "exclusive"}, ID: "iso"},
+		{Key: pFrameSize, Label: "frame_size", Help: "vnf: frame sizes in bytes with FCS, to sweep (default 256)",
+			Order: 140, Min: 64, Max: 1518, ID: "size", Sweep: true},
+		{Key: pLB, Label: "lb", Kind: param.Word,
+			Help:  "vnf: what spreads the traffic over the VNF's replicas: a ClusterIP Service or a user-space UDP load balancer pod on the generator's node (ingress) or the other (ingress-remote, as seed 002's Ingress controller) (default service)",
+			Order: 150, Words: []string{vnfService, vnfIngress, vnfIngressRemote}, ID: "lb"},
+		{Key: pSearch, Label: "search", Kind: param.Word,
+			Help:  "vnf: NDR/PDR by an MLRsearch-style search (mlr), by RFC 2544 binary searches (binary), or seed 002's maximum feasible throughput by a rate rising 5 % a step (ramp) (default mlr)",
+			Order: 160, Values: VNFSearches, ID: "search"},
+		{Key: pNoisy, Label: "noisy", Help: "vnf: CPU-bound pods beside the VNF replicas (seed 002's local calculation), to sweep (default 0)",
+			Order: 190, Max: 64, ID: "noisy", Sweep: true, Load: true, Compare: param.Scale},
+		{Key: pNoisyLimit, Label: "noisy_cpu_limit", Help: "vnf: each noisy pod's CPU limit in millicores, to sweep (0 = none; default 0)",
+			Order: 200, Max: 64000, ID: "ncpu", Sweep: true, Compare: param.Scale},
+	}
+}
+
 func (vnf) Info() Info {
 	return Info{
 		// The default and lb service spread the traffic by a Service; the ingress kinds by a pod.
-		Service:           func(c result.Case) bool { return c.LB != vnfIngress && c.LB != vnfIngressRemote },
+		Service:           func(c result.Case) bool { return c.Word(pLB) != vnfIngress && c.Word(pLB) != vnfIngressRemote },
 		Summary:           "packet-forwarding VNF: generator -> Service -> N VNF replicas -> receiver, NDR/PDR by an MLRsearch-style search (seed 002, IETF BMWG)",
 		DefaultDataplanes: []string{"flannel"},
 		// The VNF replicas on the generator's (load balancer's) node, on the other node, or
@@ -153,10 +194,11 @@ func (vnf) Info() Info {
 		Placements:       []string{"intra", "inter", vnfSplit},
 		Protocols:        []string{string(pktengine.GTPU), string(pktengine.UDP)},
 		DefaultProtocols: []string{string(pktengine.GTPU)},
-		Params:           []string{"replicas", "proxy", "vnf", "cpu-limit", "cpu-isolation", "frame-size", "lb", "search", "noisy", "noisy-cpu-limit"},
+		Params:           []string{"replicas", "proxy"},
+		Declares:         vnfParams(),
 		Tool:             driver.PktTool,
-		DefaultStrs:      map[string][]string{"vnf": {"userspace"}, "cpu-isolation": {"shared"}, "lb": {vnfService}},
-		DefaultInts:      map[string][]int{"frame-size": {256}},
+		DefaultStrs:      map[string][]string{pVNF: {"userspace"}, pIsolation: {"shared"}, pLB: {vnfService}},
+		DefaultInts:      map[string][]int{pFrameSize: {256}},
 		// The generator runs flat out during a search: nothing else may share the nodes.
 		Exclusive: func(result.Case) bool { return true },
 		// The first goal's rate: the no-drop rate (a ramp's maximum feasible throughput).
@@ -173,19 +215,19 @@ func (vnf) Info() Info {
 		// A trial is a search (vnfSearches).
 		TrialSeconds: func(c result.Case, d int) float64 { return vnfSearchOf(c).seconds(d) },
 		Check: func(c result.Case) error {
-			if _, err := pktengine.ParseSize(strconv.Itoa(c.FrameSize), pktengine.Mode(c.Protocol)); err != nil {
-				return fmt.Errorf("frame-size %d: %v", c.FrameSize, err)
+			if _, err := pktengine.ParseSize(strconv.Itoa(c.Int(pFrameSize)), pktengine.Mode(c.Protocol)); err != nil {
+				return fmt.Errorf("frame-size %d: %v", c.Int(pFrameSize), err)
 			}
 			if c.Replicas > 16 {
 				return fmt.Errorf("replicas %d: the vnf scenario runs 1..16 VNF replicas", c.Replicas)
 			}
-			if _, ok := vnfSearches[c.Search]; !ok && c.Search != "" {
-				return fmt.Errorf("unknown search %q (valid: %s)", c.Search, strings.Join(VNFSearches(), ", "))
+			if _, ok := vnfSearches[c.Word(pSearch)]; !ok && c.Word(pSearch) != "" {
+				return fmt.Errorf("unknown search %q (valid: %s)", c.Word(pSearch), strings.Join(VNFSearches(), ", "))
 			}
-			if c.NoisyCPULimit > 0 && c.Noisy == 0 {
-				return fmt.Errorf("noisy-cpu-limit %d with no noisy pods: set noisy too (a case with noisy 0 takes no limit)", c.NoisyCPULimit)
+			if c.Int(pNoisyLimit) > 0 && c.Int(pNoisy) == 0 {
+				return fmt.Errorf("noisy-cpu-limit %d with no noisy pods: set noisy too (a case with noisy 0 takes no limit)", c.Int(pNoisyLimit))
 			}
-			if err := (cluster.CPU{LimitMilli: c.NoisyCPULimit}).Check(); err != nil {
+			if err := (cluster.CPU{LimitMilli: c.Int(pNoisyLimit)}).Check(); err != nil {
 				return fmt.Errorf("noisy-cpu-limit: %v", err)
 			}
 			return vnfCPU(c).Check()
@@ -195,7 +237,7 @@ func (vnf) Info() Info {
 
 // vnfCPU is the CPU resources of a case's VNF replicas.
 func vnfCPU(c result.Case) cluster.CPU {
-	return cluster.CPU{LimitMilli: c.CPULimit, Exclusive: c.CPUIsolation == "exclusive"}
+	return cluster.CPU{LimitMilli: c.Int(pCPULimit), Exclusive: c.Word(pIsolation) == "exclusive"}
 }
 
 // vnfFixture is the pods, the Service and the VNF processes of one case.
@@ -233,17 +275,17 @@ type pktOutcome struct {
 }
 
 func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Options) (_ Fixture, err error) {
-	kind, ok := vnfKinds[c.VNF]
+	kind, ok := vnfKinds[c.Word(pVNF)]
 	if !ok {
-		return nil, fmt.Errorf("unknown VNF kind %q (valid: %s)", c.VNF, strings.Join(VNFKinds(), ", "))
+		return nil, fmt.Errorf("unknown VNF kind %q (valid: %s)", c.Word(pVNF), strings.Join(VNFKinds(), ", "))
 	}
 	mode := pktengine.Mode(c.Protocol)
 	if _, err := pktengine.ParseMode(string(mode)); err != nil {
 		return nil, err
 	}
-	if mtu := cl.Facts().PodMTU; mtu > 0 && pktengine.FrameIPBytes(c.FrameSize) > mtu {
+	if mtu := cl.Facts().PodMTU; mtu > 0 && pktengine.FrameIPBytes(c.Int(pFrameSize)) > mtu {
 		return nil, cluster.Unsupported("frame-size %d carries %d bytes of IP, more than the pods' MTU %d (the underlay's less the overlay's overhead): raise the underlay's MTU (lab: --mtu %d)",
-			c.FrameSize, pktengine.FrameIPBytes(c.FrameSize), mtu, result.DefaultMTU+pktengine.FrameIPBytes(c.FrameSize)-mtu)
+			c.Int(pFrameSize), pktengine.FrameIPBytes(c.Int(pFrameSize)), mtu, result.DefaultMTU+pktengine.FrameIPBytes(c.Int(pFrameSize))-mtu)
 	}
 	self := cl.Facts().Self
 	if self == "" {
@@ -295,12 +337,12 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 	}
 	to := net.JoinHostPort(f.recv.IP, strconv.Itoa(vnfPort))
 	vnfs := pods[2:]
-	if c.LB == vnfIngress || c.LB == vnfIngressRemote {
+	if c.Word(pLB) == vnfIngress || c.Word(pLB) == vnfIngressRemote {
 		// The ingress: the generator's frames go to it, and it to the replicas in turn.
 		node := nodes[0].Name
-		if c.LB == vnfIngressRemote {
+		if c.Word(pLB) == vnfIngressRemote {
 			if len(nodes) < 2 {
-				return nil, cluster.Unsupported("lb %s puts the ingress on a second node, cluster has %d", c.LB, len(nodes))
+				return nil, cluster.Unsupported("lb %s puts the ingress on a second node, cluster has %d", c.Word(pLB), len(nodes))
 			}
 			node = nodes[1].Name
 		}
@@ -340,12 +382,12 @@ func (vnf) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt Opt
 		argv := kind.argv(self, to)
 		proc, err := cl.Start(ctx, p.Name, argv, cluster.Ready{})
 		if err != nil {
-			return nil, fmt.Errorf("start VNF %s in %s: %w", c.VNF, p.Name, err)
+			return nil, fmt.Errorf("start VNF %s in %s: %w", c.Word(pVNF), p.Name, err)
 		}
 		f.procs = append(f.procs, proc)
 		f.vnfCmd = argv
 		if err := kind.waitReady(ctx, proc); err != nil {
-			return nil, fmt.Errorf("VNF %s in %s: %w", c.VNF, p.Name, err)
+			return nil, fmt.Errorf("VNF %s in %s: %w", c.Word(pVNF), p.Name, err)
 		}
 	}
 	if err := f.createNoisy(ctx, opt, vnfs); err != nil {
@@ -378,18 +420,18 @@ func (f *vnfFixture) calibrate(ctx context.Context) error {
 }
 
 // createNoisy creates the pods of the case's noisy neighbours (seed 002's "local
-// calculation"): c.Noisy pods, each with c.NoisyCPULimit millicores (0: no limit), spread over
+// calculation"): c.Int(pNoisy) pods, each with c.Int(pNoisyLimit) millicores (0: no limit), spread over
 // the nodes the VNF replicas stand on. Their CPU-bound loops run during the case's trials only
 // (startNoisy): a run keeps every case's fixture standing, and one case's neighbours must not
 // load another's trials.
 func (f *vnfFixture) createNoisy(ctx context.Context, opt Options, vnfs []cluster.Pod) error {
-	if f.c.Noisy == 0 {
+	if f.c.Int(pNoisy) == 0 {
 		return nil
 	}
 	var specs []cluster.PodSpec
-	for i := 0; i < f.c.Noisy; i++ {
+	for i := 0; i < f.c.Int(pNoisy); i++ {
 		specs = append(specs, cluster.PodSpec{Name: objName(opt, fmt.Sprintf("noisy%d", i)), Node: vnfs[i%len(vnfs)].Node,
-			Labels: fixtureLabels(opt, "noisy"), CPU: cluster.CPU{LimitMilli: f.c.NoisyCPULimit}})
+			Labels: fixtureLabels(opt, "noisy"), CPU: cluster.CPU{LimitMilli: f.c.Int(pNoisyLimit)}})
 	}
 	pods, err := f.cl.CreatePods(ctx, specs)
 	if err != nil {
@@ -511,7 +553,7 @@ func (f *vnfFixture) run(ctx context.Context, dst string, rate float64, d time.D
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	argv := driver.PktGenCommand(driver.PktGenSpec{Binary: f.self, Dst: dst, Mode: f.c.Protocol, Size: strconv.Itoa(f.c.FrameSize),
+	argv := driver.PktGenCommand(driver.PktGenSpec{Binary: f.self, Dst: dst, Mode: f.c.Protocol, Size: strconv.Itoa(f.c.Int(pFrameSize)),
 		RatePPS: rate, DurationS: d.Seconds(), Flows: vnfFlows, CPU: f.genCPU})
 	tctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
@@ -576,7 +618,7 @@ func (f *vnfFixture) Trial(ctx context.Context, durationS int) (Measurement, err
 	cpu := map[string]float64{}
 	acct := win.close(ctx, cpu)
 	raw, _ := json.Marshal(res)
-	client := driver.PktGenCommand(driver.PktGenSpec{Binary: f.self, Dst: f.vip, Mode: f.c.Protocol, Size: strconv.Itoa(f.c.FrameSize),
+	client := driver.PktGenCommand(driver.PktGenSpec{Binary: f.self, Dst: f.vip, Mode: f.c.Protocol, Size: strconv.Itoa(f.c.Int(pFrameSize)),
 		RatePPS: -1, DurationS: final.Seconds(), Flows: vnfFlows, CPU: f.genCPU})
 	client[slices.Index(client, "--rate")+1] = "RATE" // each trial of the search has its own
 	if err != nil {
@@ -604,7 +646,7 @@ func (f *vnfFixture) metrics(srch vnfSearch, r search.Result, final time.Duratio
 	for i, g := range r.Goals {
 		name := srch.metric(g.Target)
 		m[name+"_pps"] = g.Lower
-		m[name+"_bps"] = g.Lower * float64(f.c.FrameSize) * 8
+		m[name+"_bps"] = g.Lower * float64(f.c.Int(pFrameSize)) * 8
 		m[name+"_relative_width"] = g.Width
 		if o, ok := f.last[trialKey{g.Lower, final}]; ok && i == 0 {
 			if l := o.recv.Latency; l.Count > 0 {

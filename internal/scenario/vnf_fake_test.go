@@ -19,7 +19,11 @@ const fakeSelf = "/usr/local/bin/cnibench"
 
 func vnfCase(placement string, replicas, cpuLimit int, isolation string) result.Case {
 	c := fakeCase("vnf", "fake", placement, "gtpu")
-	c.VNF, c.Replicas, c.CPULimit, c.CPUIsolation, c.FrameSize = "userspace", replicas, cpuLimit, isolation, 256
+	c.Replicas = replicas
+	c.SetWord("vnf", "userspace")
+	c.SetInt("cpu-limit", cpuLimit)
+	c.SetWord("cpu-isolation", isolation)
+	c.SetInt("frame-size", 256)
 	c.ID = c.MakeID()
 	return c
 }
@@ -133,8 +137,8 @@ func TestVNFUnsupportedAndChecks(t *testing.T) {
 		mod  func(*result.Case)
 		want string
 	}{
-		{func(c *result.Case) { c.FrameSize = 64 }, "frame-size 64"},
-		{func(c *result.Case) { c.CPULimit, c.CPUIsolation = 1500, "exclusive" }, "whole CPUs"},
+		{func(c *result.Case) { c.SetInt("frame-size", 64) }, "frame-size 64"},
+		{func(c *result.Case) { c.SetInt("cpu-limit", 1500); c.SetWord("cpu-isolation", "exclusive") }, "whole CPUs"},
 		{func(c *result.Case) { c.Replicas = 17 }, "replicas 17"},
 	} {
 		cs := vnfCase("intra", 1, 0, "shared")
@@ -154,7 +158,7 @@ func TestVNFUnsupportedAndChecks(t *testing.T) {
 func TestVNFIngress(t *testing.T) {
 	fc := clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}, VNFCapacity: 40_000})
 	c := vnfCase("inter", 2, 0, "shared")
-	c.LB = "ingress"
+	c.SetWord("lb", "ingress")
 	c.ID = c.MakeID()
 	f := mustSetUp(t, fc, c)
 	m := mustTrial(t, f)
@@ -220,7 +224,7 @@ func TestVNFSearches(t *testing.T) {
 		t.Run(s, func(t *testing.T) {
 			fc := clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}, VNFCapacity: 40_000})
 			c := vnfCase("intra", 3, 0, "shared")
-			c.Search = s
+			c.SetWord("search", s)
 			c.ID = c.MakeID()
 			if !strings.Contains(c.ID, "/search="+s+"/") {
 				t.Errorf("id %s does not name the search", c.ID)
@@ -272,7 +276,9 @@ func TestVNFSearches(t *testing.T) {
 func TestVNFNoisyAndRemoteIngress(t *testing.T) {
 	rec := &podRecorder{Fake: clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}})}
 	c := vnfCase("split", 2, 0, "shared")
-	c.Noisy, c.NoisyCPULimit, c.LB = 3, 250, "ingress-remote"
+	c.SetInt("noisy", 3)
+	c.SetInt("noisy-cpu-limit", 250)
+	c.SetWord("lb", "ingress-remote")
 	c.ID = c.MakeID()
 	if !strings.Contains(c.ID, "/lb=ingress-remote") || !strings.Contains(c.ID, "/noisy=3/ncpu=250") {
 		t.Errorf("id %s", c.ID)
@@ -331,8 +337,8 @@ func TestVNFNoisyAndRemoteIngress(t *testing.T) {
 		mod  func(*result.Case)
 		want string
 	}{
-		{func(c *result.Case) { c.NoisyCPULimit = 250 }, "with no noisy pods"},
-		{func(c *result.Case) { c.Search = "golden" }, `unknown search "golden"`},
+		{func(c *result.Case) { c.SetInt("noisy-cpu-limit", 250) }, "with no noisy pods"},
+		{func(c *result.Case) { c.SetWord("search", "golden") }, `unknown search "golden"`},
 	} {
 		cs := vnfCase("intra", 1, 0, "shared")
 		c.mod(&cs)
@@ -343,7 +349,7 @@ func TestVNFNoisyAndRemoteIngress(t *testing.T) {
 	// One node: the remote ingress is skipped with the reason, leaving nothing.
 	one := clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}, Nodes: []cluster.Node{{Name: "node0", IP: "172.30.0.10"}}})
 	c = vnfCase("intra", 1, 0, "shared")
-	c.LB = "ingress-remote"
+	c.SetWord("lb", "ingress-remote")
 	if _, err := setUpOn(t, one, c); !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "second node") {
 		t.Errorf("remote ingress on one node: %v", err)
 	}
@@ -363,7 +369,7 @@ func TestVNFKernelKinds(t *testing.T) {
 func testVNFKernelKind(t *testing.T, name, verb string) {
 	fc := clustertest.New(clustertest.Config{Facts: cluster.Facts{Self: fakeSelf}, VNFCapacity: 40_000})
 	c := vnfCase("intra", 2, 0, "shared")
-	c.VNF = name
+	c.SetWord("vnf", name)
 	c.ID = c.MakeID()
 	f := mustSetUp(t, fc, c)
 	m := mustTrial(t, f)
@@ -402,7 +408,8 @@ func testVNFKernelKind(t *testing.T, name, verb string) {
 func TestVNFFrameOverMTU(t *testing.T) {
 	fc := clustertest.New(clustertest.Config{Facts: cluster.Facts{Backend: "fake", Dataplane: "fake", PodMTU: 1450, Self: fakeSelf}})
 	c := vnfCase("intra", 1, 0, "shared")
-	c.Protocol, c.FrameSize = "udp", 1518
+	c.Protocol = "udp"
+	c.SetInt("frame-size", 1518)
 	c.ID = c.MakeID()
 	_, err := setUpOn(t, fc, c)
 	if !errors.Is(err, cluster.ErrUnsupported) || !strings.Contains(err.Error(), "1500 bytes of IP, more than the pods' MTU 1450") || !strings.Contains(err.Error(), "--mtu 1550") {
@@ -412,7 +419,7 @@ func TestVNFFrameOverMTU(t *testing.T) {
 	if h := fc.History(); len(h) != 0 {
 		t.Errorf("created %v", h)
 	}
-	c.FrameSize = 1280
+	c.SetInt("frame-size", 1280)
 	c.ID = c.MakeID()
 	f := mustSetUp(t, fc, c)
 	closeEmpty(t, fc, f)

@@ -36,7 +36,7 @@ const vnfDefaultSearch = "mlr"
 
 // vnfSearchOf is the search of case c.
 func vnfSearchOf(c result.Case) vnfSearch {
-	if s, ok := vnfSearches[c.Search]; ok {
+	if s, ok := vnfSearches[c.Word(pSearch)]; ok {
 		return s
 	}
 	return vnfSearches[vnfDefaultSearch]

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/cnibench/cnibench/internal/param"
 	"github.com/cnibench/cnibench/internal/result"
 )
 
@@ -104,14 +105,20 @@ func TestCompareBaselineP99(t *testing.T) {
 	}
 }
 
-// VNF cases: kinds of VNF are variants ("vnf"), noisy neighbours a scale against the case
-// without them, on the VNF's primary metric; VNF rates have no baseline.
+// Declared parameters (as the vnf scenario declares its own; internal/scenario is not linked
+// here): kinds of a variant parameter are variants named by its key, a scale parameter's
+// values a scale against the case without them, on the scenario's primary metric; the
+// scenario's rates have no baseline.
 func TestCompareVNF(t *testing.T) {
-	// As internal/scenario registers the vnf scenario.
 	result.RegisterScenario("vnf", result.Judge{Primary: func(result.Case) string { return "ndr_pps" }, NoBaseline: true})
+	param.Register(param.Param{Key: "test-vnf", Label: "test_vnf", Kind: param.Word, ID: "tvnf", Place: param.Variant})
+	param.Register(param.Param{Key: "test-noisy", Label: "test_noisy", Max: 64, ID: "tnoisy", Load: true, Compare: param.Scale})
+	param.Register(param.Param{Key: "test-ncpu", Label: "test_ncpu", Max: 64000, ID: "tncpu", Compare: param.Scale})
 	vnf := func(kind string, noisy, ncpu int) result.Case {
 		return labCase("vnf", "flannel", "intra", "gtpu", func(c *result.Case) {
-			c.VNF, c.CPUIsolation, c.LB, c.FrameSize, c.Noisy, c.NoisyCPULimit = kind, "shared", "service", 256, noisy, ncpu
+			c.SetWord("test-vnf", kind)
+			c.SetInt("test-noisy", noisy)
+			c.SetInt("test-ncpu", ncpu)
 		})
 	}
 	cases := []result.Case{vnf("userspace", 0, 0), vnf("kernel", 0, 0), vnf("userspace", 4, 0), vnf("userspace", 4, 250)}
@@ -127,7 +134,7 @@ func TestCompareVNF(t *testing.T) {
 		got[c.Case] = c.Kind + " vs " + c.Reference
 	}
 	want := map[string]string{
-		cases[1].ID: "vnf vs " + cases[0].ID,
+		cases[1].ID: "test-vnf vs " + cases[0].ID,
 		cases[2].ID: "scale vs " + cases[0].ID,
 		cases[3].ID: "scale vs " + cases[0].ID,
 	}

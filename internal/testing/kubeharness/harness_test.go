@@ -176,13 +176,13 @@ func vnfOnCluster(t *testing.T, h *Harness, bin string) {
 		t.Fatalf("%d results, want 12", len(sum.Results))
 	}
 	for _, r := range sum.Results {
-		if r.Case.CPUIsolation == "exclusive" {
+		if r.Case.Word("cpu-isolation") == "exclusive" {
 			if r.Status != "skipped" || !strings.Contains(r.Reason, "CPU manager policy must be static") {
 				t.Errorf("%s: %s (%s), want skipped: no exclusive CPUs without the static CPU manager", r.Case.ID, r.Status, r.Reason)
 			}
 			continue
 		}
-		if r.Case.VNF != "userspace" {
+		if r.Case.Word("vnf") != "userspace" {
 			// The project's pods are unprivileged: no CAP_NET_ADMIN for NAT rules or XDP.
 			if r.Status != "skipped" || !strings.Contains(r.Reason, "CAP_NET_ADMIN") {
 				t.Errorf("%s: %s (%s), want skipped: the pods lack CAP_NET_ADMIN", r.Case.ID, r.Status, r.Reason)

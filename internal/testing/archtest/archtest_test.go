@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -258,4 +259,53 @@ func goList(root string, args ...string) ([]pkg, error) {
 		}
 		pkgs = append(pkgs, p)
 	}
+}
+
+// citedFile is a page a comment names: a Markdown file in upper case (README.md)
+// or under docs/.
+var citedFile = regexp.MustCompile(`(?:^|[\s(\x60"])((?:[\w.-]+/)*(?:docs/[\w./-]+\.md|[A-Z][A-Z0-9_-]*\.md))`)
+
+// TestCitedFilesExist: every page a comment of the module's Go code names (docs/design.md,
+// README.md, a testdata folder's README.md) exists, from the module root or from the citing
+// file's folder: the code relies on no page the repository lacks.
+func TestCitedFilesExist(t *testing.T) {
+	mod := loadModule(t)
+	err := filepath.WalkDir(mod.root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "runs" || d.Name() == "bin") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			c := strings.Index(line, "//")
+			if c < 0 {
+				continue
+			}
+			for _, m := range citedFile.FindAllStringSubmatch(line[c:], -1) {
+				name := strings.TrimRight(m[1], ".")
+				if exists(filepath.Join(mod.root, name)) || exists(filepath.Join(filepath.Dir(path), name)) {
+					continue
+				}
+				rel, _ := filepath.Rel(mod.root, path)
+				t.Errorf("%s:%d cites %s, which the repository lacks (put what the code relies on into docs/, or fix the path)", rel, i+1, name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

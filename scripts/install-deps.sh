@@ -5,16 +5,21 @@
 # writes a mirror host).
 set -euo pipefail
 
-PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps nginx-light curl busybox-static openvswitch-switch openvswitch-common openvswitch-switch-dpdk dpdk-dev)
+PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables iptables ipset tcpdump util-linux procps nginx-light curl busybox-static)
+# The network functions' packages (Open vSwitch, DPDK: chains' ovs and testpmd functions, the
+# ovs-dpdk data plane): large, and the demo runs none of them. --nf installs them; so does --test.
+NF_PKGS=(openvswitch-switch openvswitch-common openvswitch-switch-dpdk dpdk-dev)
+# --nf: also the network functions' packages (NF_PKGS).
 # --kube: also what the project's own Kubernetes test cluster runs on (make e2e), gcc for
 # flanneld's cgo build (scripts/kube-build.sh) and clang/llvm, with which cilium-agent compiles
 # its datapath when the test cluster runs Cilium.
 # --test: also what the test suite checks the reports and exports with (a real headless browser,
 # promtool and Prometheus) and clang/llvm/libbpf-dev, with which it rebuilds the committed eBPF
-# objects and fails if they differ; implies --kube.
+# objects and fails if they differ; implies --kube and --nf.
 case "${1:-}" in
+  --nf) PKGS+=("${NF_PKGS[@]}") ;;
   --kube) PKGS+=(etcd-server containerd runc gcc libc6-dev clang llvm) ;;
-  --test) PKGS+=(etcd-server containerd runc gcc libc6-dev chromium prometheus clang llvm libbpf-dev) ;;
+  --test) PKGS+=("${NF_PKGS[@]}" etcd-server containerd runc gcc libc6-dev chromium prometheus clang llvm libbpf-dev) ;;
 esac
 
 missing=()

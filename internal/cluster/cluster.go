@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"syscall"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 
@@ -175,6 +177,14 @@ type Process interface {
 	Stop() error
 	// Output returns what the process wrote so far (stdout and stderr).
 	Output() []byte
+}
+
+// IdleChildSignaler is a Process whose children the backend sees (the lab's: host processes).
+// SignalIdleChildren sends sig to each child that stayed blocked, without running, for quiet,
+// and returns how many it signalled: how a trial ends a server's per-test process that waits
+// out a timer after the client's test is over (driver.Linger).
+type IdleChildSignaler interface {
+	SignalIdleChildren(sig syscall.Signal, quiet time.Duration) (int, error)
 }
 
 // CPUSample is cumulative CPU time of a node in clock ticks, as in /proc/stat's "cpu" line.

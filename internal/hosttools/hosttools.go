@@ -21,6 +21,10 @@ type Tool struct {
 	// Core marks a tool every default run needs (the default scenarios' measurement tools and
 	// the lab's own): doctor reports its absence as a failure.
 	Core bool
+	// NF marks a tool only the network functions of chains and the OVS-DPDK data plane run
+	// (Open vSwitch, DPDK): large packages the demo does not need, installed by
+	// `scripts/install-deps.sh --nf` (and by `make test`), not by `make deps`.
+	NF bool
 }
 
 // CNIPackage installs the CNI reference plugins the lab attaches pods with.
@@ -44,13 +48,13 @@ var table = []Tool{
 	{Name: "iptables-save", Package: "iptables", Version: []string{"--version"}},
 	{Name: "ipset", Package: "ipset", Version: []string{"--version"}},
 	{Name: "tcpdump", Package: "tcpdump", Version: []string{"--version"}},
-	{Name: "ovs-vswitchd", Package: "openvswitch-switch", Version: []string{"--version"}},
-	{Name: "ovs-vswitchd-dpdk", Package: "openvswitch-switch-dpdk", Version: []string{"--version"}},
-	{Name: "ovs-vsctl", Package: "openvswitch-switch", Version: []string{"--version"}},
-	{Name: "ovsdb-server", Package: "openvswitch-common", Version: []string{"--version"}},
-	{Name: "ovsdb-tool", Package: "openvswitch-common", Version: []string{"--version"}},
-	{Name: "ovs-ofctl", Package: "openvswitch-common", Version: []string{"--version"}},
-	{Name: "dpdk-testpmd", Package: "dpdk-dev"},
+	{Name: "ovs-vswitchd", Package: "openvswitch-switch", Version: []string{"--version"}, NF: true},
+	{Name: "ovs-vswitchd-dpdk", Package: "openvswitch-switch-dpdk", Version: []string{"--version"}, NF: true},
+	{Name: "ovs-vsctl", Package: "openvswitch-switch", Version: []string{"--version"}, NF: true},
+	{Name: "ovsdb-server", Package: "openvswitch-common", Version: []string{"--version"}, NF: true},
+	{Name: "ovsdb-tool", Package: "openvswitch-common", Version: []string{"--version"}, NF: true},
+	{Name: "ovs-ofctl", Package: "openvswitch-common", Version: []string{"--version"}, NF: true},
+	{Name: "dpdk-testpmd", Package: "dpdk-dev", NF: true},
 }
 
 // Get returns the facts of a tool. A tool missing from the table is a programming error: the
@@ -72,6 +76,9 @@ func (t Tool) Install() string {
 	where := ""
 	if t.NonFree {
 		where = ", in Debian's non-free component"
+	}
+	if t.NF {
+		return fmt.Sprintf("install the Debian package %s%s (`bash scripts/install-deps.sh --nf` installs the network functions' packages; `make test` does too)", t.Package, where)
 	}
 	return fmt.Sprintf("install the Debian package %s%s (`make deps` runs scripts/install-deps.sh)", t.Package, where)
 }

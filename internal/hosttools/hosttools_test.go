@@ -10,20 +10,34 @@ import (
 )
 
 // install-deps.sh installs every package of the table (and the CNI plugins): `make deps` and
-// the table cannot drift apart.
+// the table cannot drift apart. The network functions' packages (NF) are installed with --nf
+// (and --test), the others always.
 func TestInstallDepsInstallsEveryPackage(t *testing.T) {
 	b, err := os.ReadFile("../../scripts/install-deps.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^PKGS=\(([^)]*)\)`).FindSubmatch(b)
-	if m == nil {
-		t.Fatal("install-deps.sh has no PKGS=(...) line")
+	list := func(name string) []string {
+		m := regexp.MustCompile(`(?m)^` + name + `=\(([^)]*)\)`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("install-deps.sh has no %s=(...) line", name)
+		}
+		return strings.Fields(string(m[1]))
 	}
-	pkgs := strings.Fields(string(m[1]))
-	for _, p := range append(packages(), CNIPackage) {
+	pkgs, nf := list("PKGS"), list("NF_PKGS")
+	for _, p := range append(packages(false), CNIPackage) {
 		if !slices.Contains(pkgs, p) {
 			t.Errorf("install-deps.sh does not install %s (PKGS: %v)", p, pkgs)
+		}
+	}
+	for _, p := range packages(true) {
+		if !slices.Contains(nf, p) || slices.Contains(pkgs, p) {
+			t.Errorf("install-deps.sh: %s belongs in NF_PKGS only (PKGS: %v, NF_PKGS: %v)", p, pkgs, nf)
+		}
+	}
+	for _, opt := range []string{"--nf", "--test"} {
+		if !regexp.MustCompile(`(?m)^\s*` + opt + `\)[^;]*NF_PKGS`).Match(b) {
+			t.Errorf("install-deps.sh %s does not install NF_PKGS", opt)
 		}
 	}
 	for _, tl := range table {
@@ -49,12 +63,13 @@ func TestGet(t *testing.T) {
 	}
 }
 
-// packages returns the Debian packages of the tools, sorted, each once.
-func packages() []string {
+// packages returns the Debian packages of the network functions' tools (nf) or of the others,
+// sorted, each once.
+func packages(nf bool) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, t := range table {
-		if !seen[t.Package] {
+		if t.NF == nf && !seen[t.Package] {
 			seen[t.Package] = true
 			out = append(out, t.Package)
 		}

@@ -198,3 +198,10 @@ func (l *Lab) startProc(p *pod, cmd *exec.Cmd) error {
 	}
 	return l.startPod(p, cmd)
 }
+
+// SignalIdleChildren implements cluster.IdleChildSignaler: the process's children are host
+// processes.
+func (p *proc) SignalIdleChildren(sig syscall.Signal, quiet time.Duration) (int, error) {
+	sent, err := procs.SignalIdleChildren(p.cmd.Process.Pid, sig, quiet)
+	return len(sent), err
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/driver"
 	"github.com/cnibench/cnibench/internal/result"
 	"github.com/cnibench/cnibench/internal/scenario"
 )
@@ -24,19 +25,18 @@ type Progress struct {
 	spent    float64 // planned seconds already behind us
 	trials   int     // trials planned
 	ran      int     // trials run
+	warmups  int     // warm-up trials run
+	measured float64 // seconds the trials run (warm-ups included) measured: their durations
 	lineOpen bool
 }
 
 // NewProgress writes to w; tty selects the live line.
 func NewProgress(w io.Writer, tty bool) *Progress { return &Progress{w: w, tty: tty} }
 
-// crrPad is the time netserver waits past the test length at the end of a TCP_CRR test.
-const crrPad = 4
-
-// tcpOmit is the second of slow start iperf3 runs before a TCP trial and leaves out.
-const tcpOmit = 1
-
-// trialSeconds is how long one trial of c takes, about.
+// trialSeconds is how long one trial of c takes, about: its duration, and the second of slow
+// start iperf3 runs before a TCP trial and leaves out. (A TCP_CRR trial's server may wait
+// driver.PadTime past it where the backend cannot end that wait: the ETA learns it from the
+// trials run.)
 func trialSeconds(c result.CaseSpec, d int) float64 {
 	if sc, err := scenario.Get(c.Case.Scenario); err == nil && sc.Info().TrialSeconds != nil {
 		if d <= 0 {
@@ -46,10 +46,8 @@ func trialSeconds(c result.CaseSpec, d int) float64 {
 	}
 	s := float64(d)
 	switch c.Case.Protocol {
-	case "crr":
-		s += crrPad
 	case "tcp":
-		s += tcpOmit
+		s += driver.TCPOmitS
 	}
 	return s
 }
@@ -88,11 +86,21 @@ func (p *Progress) Trial(c result.CaseSpec, t, target int) {
 	}
 }
 
+// WarmupDone reports a finished warm-up trial.
+func (p *Progress) WarmupDone(c result.CaseSpec, tr result.Trial) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.warmups++
+	p.measured += tr.DurationS
+	p.spent += trialSeconds(c, c.Warmup)
+}
+
 // TrialDone reports a finished trial.
 func (p *Progress) TrialDone(c result.CaseSpec, t, target int, tr result.Trial) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ran++
+	p.measured += tr.DurationS
 	p.spent += trialSeconds(c, c.Duration)
 	msg := headline(tr.Metrics)
 	switch tr.Status {
@@ -102,7 +110,7 @@ func (p *Progress) TrialDone(c result.CaseSpec, t, target int, tr result.Trial) 
 		msg += " - disturbed: " + tr.Error
 	}
 	if !p.tty || tr.Status != "ok" {
-		p.logf("  %s trial %d/%d: %s", c.Case.ID, t, target, msg)
+		p.logf("  %s trial %d/%d: %s  [%d/%d, ETA %s]", c.Case.ID, t, target, msg, p.ran, max(p.trials, p.ran), p.eta())
 	}
 }
 
@@ -118,7 +126,17 @@ func (p *Progress) End() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.clearLine()
-	p.logf("done in %s (%d trials)", fmtDur(time.Since(p.start).Seconds()), p.ran)
+	wall := time.Since(p.start).Seconds()
+	line := fmt.Sprintf("done in %s (%d trials", fmtDur(wall), p.ran)
+	if p.warmups > 0 {
+		line += fmt.Sprintf(" and %d warm-ups", p.warmups)
+	}
+	line += ")"
+	if n := p.ran + p.warmups; n > 0 && p.measured > 0 {
+		line += fmt.Sprintf(": %.0f s measured, %.2f s of fixed cost per trial (wall time less measured time, per trial)",
+			p.measured, (wall-p.measured)/float64(n))
+	}
+	p.logf("%s", line)
 }
 
 func (p *Progress) logf(format string, args ...any) {
@@ -134,13 +152,17 @@ func (p *Progress) clearLine() {
 }
 
 func (p *Progress) live(s string) {
-	eta := "?"
-	el := time.Since(p.start).Seconds()
-	if p.spent > 0 && p.total > p.spent {
-		eta = fmtDur(el / p.spent * (p.total - p.spent))
-	}
-	fmt.Fprintf(p.w, "\r\033[K%s  ETA %s", s, eta)
+	fmt.Fprintf(p.w, "\r\033[K%s  ETA %s", s, p.eta())
 	p.lineOpen = true
+}
+
+// eta is the time left: the planned seconds left at the pace the planned seconds behind us
+// took (set-up and fixed costs included), "?" before the first trial.
+func (p *Progress) eta() string {
+	if p.spent <= 0 {
+		return "?"
+	}
+	return fmtDur(time.Since(p.start).Seconds() / p.spent * max(p.total-p.spent, 0))
 }
 
 func fmtDur(s float64) string {

@@ -734,9 +734,11 @@ func (r *run) trial(ctx context.Context, c *caseState, n int) (redo bool, err er
 		if ctx.Err() != nil {
 			return false, nil
 		}
-		if err := r.record(c.cs, 0, true, start, m, terr); err != nil {
+		wt := r.trialRecord(c.cs, 0, true, start, m, terr)
+		if err := r.store.Append(wt); err != nil {
 			return false, err
 		}
+		r.prog.WarmupDone(c.cs, wt)
 	}
 	c.warm = true
 	r.prog.Trial(c.cs, n, c.target)

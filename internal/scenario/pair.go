@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -94,7 +95,7 @@ func startPair(ctx context.Context, cl cluster.Cluster, c result.Case, opt Optio
 func (f *pairFixture) Trial(ctx context.Context, durationS int) (Measurement, error) {
 	spec := f.spec
 	spec.DurationS = durationS
-	m, err := measureSpec(ctx, &f.trialFrame, f.drv, spec, time.Duration(durationS+30)*time.Second)
+	m, err := measureSpec(ctx, &f.trialFrame, f.drv, spec, f.srv, time.Duration(durationS+30)*time.Second)
 	if m.Metrics != nil && f.fragments > 0 {
 		m.Metrics["udp_fragments_per_datagram"] = float64(f.fragments)
 	}
@@ -114,9 +115,16 @@ func fragmentsPerDatagram(mtu, payload int) int {
 	return (payload + 8 + per - 1) / per
 }
 
-// measureSpec measures spec with drv: one client run per instance (driver.Instances), their
-// figures merged by the driver.
-func measureSpec(ctx context.Context, fr *trialFrame, drv driver.Driver, spec driver.Spec, timeout time.Duration) (Measurement, error) {
+// measureSpec measures spec with drv against server srv: one client run per instance
+// (driver.Instances), their figures merged by the driver. A server whose test processes linger
+// past the client's test (driver.Linger) has them ended once the test length has passed and
+// they sit idle, where the backend can see them (cluster.IdleChildSignaler).
+func measureSpec(ctx context.Context, fr *trialFrame, drv driver.Driver, spec driver.Spec, srv cluster.Process, timeout time.Duration) (Measurement, error) {
+	if sig, _, ok := driver.Linger(drv, spec); ok {
+		if s, ok := srv.(cluster.IdleChildSignaler); ok {
+			defer endLinger(ctx, s, sig, time.Duration(spec.DurationS)*time.Second)()
+		}
+	}
 	ins := driver.Instances(drv, spec)
 	argvs := make([][]string, len(ins))
 	for i, s := range ins {
@@ -246,4 +254,41 @@ func createPairOn(ctx context.Context, cl cluster.Cluster, opt Options, placemen
 		return cluster.Pod{}, cluster.Pod{}, err
 	}
 	return client, server, nil
+}
+
+// lingerQuiet is how long a server's test process must sit blocked, without running once,
+// after the test length has passed, to count as done: during a test it runs for every
+// transaction (tens of microseconds apart), so a test still under way is never that quiet.
+const lingerQuiet = 30 * time.Millisecond
+
+// lingerStart is how long after the test length the watch starts: the client's test starts
+// once it has set up its control connection (a few milliseconds after the trial starts), so it
+// ends that much after the test length; a server process is not taken for done before then.
+const lingerStart = 100 * time.Millisecond
+
+// endLinger watches s from the start of a trial of test length d: once d and lingerStart have
+// passed, it sends sig to the server's test processes that sit idle, until the returned stop is
+// called, which waits for the watcher to end.
+func endLinger(ctx context.Context, s cluster.IdleChildSignaler, sig syscall.Signal, d time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(d + lingerStart)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			_, _ = s.SignalIdleChildren(sig, lingerQuiet)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(lingerQuiet / 3):
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }

@@ -9,8 +9,10 @@ import (
 	"os/exec"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/driver"
 	"github.com/cnibench/cnibench/internal/lab"
 	"github.com/cnibench/cnibench/internal/result"
 	"github.com/cnibench/cnibench/internal/scenario"
@@ -87,6 +89,35 @@ func TestEveryProtocolMeasures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCRRServerWaitEnded: a TCP_CRR trial's netserver test processes (two streams: two of them)
+// no longer wait netperf's PAD_TIME past the test length: the trial ends about when its test
+// does, with every instance's figures.
+func TestCRRServerWaitEnded(t *testing.T) {
+	l := upLab(t, "calico")
+	s, _ := scenario.Get("p2p")
+	c := result.Case{Scenario: "p2p", Dataplane: "calico", Placement: "intra", Protocol: "crr", Backend: "lab", Streams: 2}
+	c.ID = c.MakeID()
+	f, err := s.Setup(context.Background(), l, c, scenario.Options{CPUs: [2]int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close(context.Background()) })
+	start := time.Now()
+	m, err := f.Trial(context.Background(), 1)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Metrics["transactions_per_s"] <= 0 || m.Metrics["latency_max_us"] <= 0 {
+		t.Errorf("no transactions measured: %v", m.Metrics)
+	}
+	// Waited out, the trial takes 1 s + PadTime (5 s); ended, about 1.2 s.
+	if took >= time.Second+driver.PadTime-time.Second {
+		t.Errorf("a 1 s TCP_CRR trial took %v: the server's wait past the test (%v) was not ended", took, driver.PadTime)
+	}
+	t.Logf("a 1 s TCP_CRR trial of 2 streams took %v", took)
 }
 
 // TestUDPPayloadFitsOverlayMTU: on flannel (pod MTU 1450) datagrams are sized not to fragment.

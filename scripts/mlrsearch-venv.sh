@@ -15,7 +15,7 @@ if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     echo "mlrsearch-venv: python3 -m venv is unavailable; run as root to install python3-venv" >&2
     exit 2
   fi
-  apt-get install -y -qq python3-venv >/dev/null
+  apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
 fi
 rm -rf "$VENV"
 mkdir -p "$(dirname "$VENV")"

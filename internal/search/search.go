@@ -21,7 +21,7 @@ type Trial struct {
 	Duration time.Duration `json:"duration_ns"`
 	Sent     uint64        `json:"sent"`
 	Lost     uint64        `json:"lost"`
-	Phase    int           `json:"phase"` // the search phase it belongs to (0 = the first)
+	Phase    int           `json:"phase"` // the search phase whose trial duration it has (0 = the first)
 }
 
 // LossRatio is Lost/Sent (1 when nothing was sent: a trial that sent nothing proves nothing).

@@ -2,7 +2,7 @@
 
 Usage: python3 mlrref.py mlrref.json. Prints one JSON object: per device the relevant
 lower and upper bound of each loss ratio, every trial (duration, load, sent, lost) and the
-sum of trial durations. The trials are computed, not run: the search takes a second or so.
+sum of trial durations. The trials are computed, not run: the search takes well under a second.
 """
 
 import json

@@ -22,9 +22,11 @@ kube-deps:
 	bash scripts/kube-build.sh
 
 # What the suite needs beyond the cluster: headless Chromium (the HTML report is opened in a real
-# browser) and promtool + Prometheus (the Prometheus export is read by them).
+# browser), promtool + Prometheus (the Prometheus export is read by them) and FD.io's MLRsearch
+# 1.2.1 in a venv (internal/search compares its NDR/PDR search with it).
 test-deps: kube-deps
 	bash scripts/install-deps.sh --test
+	bash scripts/mlrsearch-venv.sh
 
 build: deps
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cnibench

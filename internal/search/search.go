@@ -1,6 +1,6 @@
 // Package search finds the rate a device forwards within a loss target by trials: the
 // multi-target NDR/PDR search of the VNF scenario, in the manner of FD.io's MLRsearch
-// (draft-ietf-bmwg-mlrsearch), the plain RFC 2544 binary search it is compared with, and seed
+// (RFC 9971), the plain RFC 2544 binary search it is compared with, and seed
 // 002's ramp (rate up 5 % every 10 s until 1 % is lost). It is pure: a Measurer runs the
 // trials (the packet engine in the scenario, a simulated device in the tests).
 package search
@@ -21,7 +21,7 @@ type Trial struct {
 	Duration time.Duration `json:"duration_ns"`
 	Sent     uint64        `json:"sent"`
 	Lost     uint64        `json:"lost"`
-	Phase    int           `json:"phase"` // the search phase it belongs to (0 = the first)
+	Phase    int           `json:"phase"` // the search phase whose trial duration it has (0 = the first)
 }
 
 // LossRatio is Lost/Sent (1 when nothing was sent: a trial that sent nothing proves nothing).
@@ -49,11 +49,12 @@ func (f MeasureFunc) Measure(ctx context.Context, rate float64, d time.Duration)
 type Goal struct {
 	// Target is the loss ratio allowed (0: NDR; 0.005: the usual PDR).
 	Target float64 `json:"loss_target"`
-	// Lower is the throughput: the highest rate whose trial at the final duration lost at most
-	// Target (0 when even MinRate lost more).
+	// Lower is the throughput: the highest rate below Upper that was measured at the final
+	// duration and never lost more than Target (0 when even MinRate lost more). For MLR a
+	// rate is measured at the final duration when one of its trials lasted that long.
 	Lower float64 `json:"lower_pps"`
-	// Upper is the lowest rate above Lower that lost more than Target (0 when none did: Lower
-	// is MaxRate).
+	// Upper is the lowest rate that lost more than Target (0 when none did: Lower is MaxRate);
+	// for MLR in a trial of any duration (RFC 9971 with exceed ratio 0, see MLR).
 	Upper float64 `json:"upper_pps"`
 	// Width is (Upper-Lower)/Upper, the precision reached (0 when there is no Upper).
 	Width float64 `json:"relative_width"`
@@ -88,7 +89,8 @@ type Config struct {
 	// FinalDuration that of the last (default 30 s); the phases between grow geometrically.
 	InitialDuration, FinalDuration time.Duration
 	// Phases is the number of phases before the final one (default 2). Phase p of n has a
-	// width goal of RelWidth·2^(n-p): each phase halves the width of the one before.
+	// width goal of about RelWidth·2^(n-p): each phase halves the logarithmic width, -ln(1-w),
+	// of the one before.
 	Phases int
 	// MaxTrials bounds the trials of one search (default 500): a device whose loss jumps about
 	// can keep bounds from meeting; the search then stops with what it has, saying so.

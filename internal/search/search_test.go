@@ -158,15 +158,55 @@ func TestMLRRandomDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkGoals(t, "random", dv, cfg, res)
+		checkRFCBounds(t, "random", cfg, res)
 		if t.Failed() {
 			t.Fatalf("device %+v config %+v", dv, cfg)
 		}
 	}
 }
 
-// With whole packets the loss ratio is a saw-tooth near the target: the bounds still hold at
-// the final duration (the lower one within the target, the upper one beyond it) and meet the
-// width goal.
+// checkRFCBounds asserts what MLR's bounds are by its trials (RFC 9971 at exceed ratio 0,
+// duration sum = final duration), unless the min rate is noted: the lower bound (the max rate
+// when noted) held in a trial of the final duration and
+// lost more than the target in none; the upper bound lost more in some trial, of any duration;
+// nothing between them lost more; the width goal is met.
+func checkRFCBounds(t *testing.T, name string, cfg Config, res Result) {
+	t.Helper()
+	cfg, _ = cfg.withDefaults()
+	for _, g := range res.Goals {
+		if g.Note == NoteMinRate && g.Lower == 0 && g.Upper == cfg.MinRate {
+			continue // checkGoals asserts it
+		}
+		if g.Note == NoteMaxRate && g.Lower == cfg.MaxRate && g.Upper == 0 {
+			g.Upper = math.Inf(1) // no upper bound: the loop below finds none bad
+		} else if g.Note != "" || g.Width > cfg.RelWidth || !(g.Lower > 0 && g.Upper > g.Lower) {
+			t.Errorf("%s target %g: %+v", name, g.Target, g)
+			continue
+		}
+		heldLong, upperBad := false, false
+		for _, tr := range res.Trials {
+			bad := tr.LossRatio() > g.Target
+			switch {
+			case tr.Rate == g.Lower && bad:
+				t.Errorf("%s target %g: lower bound %.1f lost %d of %d in %s", name, g.Target, g.Lower, tr.Lost, tr.Sent, tr.Duration)
+			case tr.Rate == g.Lower && tr.Duration >= cfg.FinalDuration:
+				heldLong = true
+			case tr.Rate == g.Upper && bad:
+				upperBad = true
+			case tr.Rate > g.Lower && tr.Rate < g.Upper && bad:
+				t.Errorf("%s target %g: %.1f, between the bounds, lost %d of %d in %s", name, g.Target, tr.Rate, tr.Lost, tr.Sent, tr.Duration)
+			}
+		}
+		if !heldLong || (!upperBad && g.Note != NoteMaxRate) {
+			t.Errorf("%s target %g: lower bound %.1f held for %s: %v; upper bound %.1f lost more: %v", name, g.Target, g.Lower, cfg.FinalDuration, heldLong, g.Upper, upperBad)
+		}
+	}
+}
+
+// With whole packets the loss ratio is a saw-tooth near the target, and a short trial loses
+// relatively more (a packet lost is a larger share of it): the bounds are those of
+// checkRFCBounds, the lower one within the target at the final duration; the upper one lost
+// more than the target in a trial no longer than the final one, not necessarily at it.
 func TestMLRWholePackets(t *testing.T) {
 	rng := rand.New(rand.NewSource(4))
 	for i := 0; i < 200; i++ {
@@ -177,6 +217,7 @@ func TestMLRWholePackets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var goals []Goal
 		for _, g := range res.Goals {
 			if g.Note == NoteMinRate {
 				if s, l := dv.lost(1000, 10*time.Second); float64(l) <= g.Target*float64(s) {
@@ -184,11 +225,15 @@ func TestMLRWholePackets(t *testing.T) {
 				}
 				continue
 			}
-			sl, ll := dv.lost(g.Lower, 10*time.Second)
-			su, lu := dv.lost(g.Upper, 10*time.Second)
-			if g.Note != "" || float64(ll) > g.Target*float64(sl) || float64(lu) <= g.Target*float64(su) || g.Width > 0.005 {
-				t.Fatalf("device %+v target %g: %+v (lower loses %d of %d, upper %d of %d)", dv, g.Target, g, ll, sl, lu, su)
+			if sl, ll := dv.lost(g.Lower, 10*time.Second); float64(ll) > g.Target*float64(sl) {
+				t.Fatalf("device %+v target %g: %+v (lower loses %d of %d)", dv, g.Target, g, ll, sl)
 			}
+			goals = append(goals, g)
+		}
+		res.Goals = goals
+		checkRFCBounds(t, "whole packets", cfg, res)
+		if t.Failed() {
+			t.Fatalf("device %+v", dv)
 		}
 	}
 }
@@ -250,8 +295,10 @@ func TestMLRHalvesBinaryTrialTime(t *testing.T) {
 	}
 }
 
-// A device that loses more in short trials (a warm-up loss): bounds of short trials are
-// measured again at the final duration, so the answer is the full-duration one.
+// A device that loses more in short trials (a warm-up loss): a short trial that lost more than
+// the target makes an upper bound (RFC 9971 at exceed ratio 0), so the result lies between the
+// throughput of the shortest trials and that of the final ones: its upper bound is not below
+// the former, its lower bound not above the latter.
 func TestMLRShortTrialsLoseMore(t *testing.T) {
 	dv := device{Capacity: 200_000, Warmup: 600}
 	cfg := Config{MinRate: 150_000, MaxRate: 1e6, Targets: []float64{0.005}} // below 120,000 pps the warm-up alone is 0.5 %
@@ -259,7 +306,12 @@ func TestMLRShortTrialsLoseMore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkGoals(t, "warm-up", dv, cfg, res)
+	checkRFCBounds(t, "warm-up", cfg, res)
+	g := res.Goals[0]
+	short, final := dv.truth(0.005, time.Second, 150_000, 1e6), dv.truth(0.005, 30*time.Second, 150_000, 1e6)
+	if g.Upper < short || g.Lower > final {
+		t.Errorf("warm-up: [%.1f, %.1f], want upper >= %.1f (1 s throughput), lower <= %.1f (30 s)", g.Lower, g.Upper, short, final)
+	}
 }
 
 func TestMinRateAndMaxTrials(t *testing.T) {

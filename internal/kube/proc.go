@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -149,6 +150,37 @@ func (p *process) alive(ctx context.Context) (bool, error) {
 	}
 	st, ok := procState(res.Stdout)
 	return ok && st != "Z" && st != "X" && st != "x", nil
+}
+
+// idleScript sends signal $2 (a number) to each child of PID $1 that stayed asleep, without
+// running once, for $3 seconds, and prints how many it signalled: procs.SignalIdleChildren's
+// rule, run in the pod (its processes are not the host's). A constant: the arguments arrive as
+// positional parameters.
+const idleScript = `p=$1; sig=$2; q=$3; bb=/bin/busybox
+snap() { for c in $($bb cat /proc/$p/task/$p/children 2>/dev/null); do
+  $bb awk -v c=$c '/^State:/ {s=$2} /ctxt_switches:/ {n+=$2} END {if (s=="S") print c ":" n}' /proc/$c/status 2>/dev/null
+done; }
+a=$(snap); n=0
+if [ -n "$a" ]; then
+  $bb sleep $q; b=" $(echo $(snap)) "
+  for x in $a; do case "$b" in *" $x "*) $bb kill -$sig ${x%%:*} 2>/dev/null && n=$((n+1));; esac; done
+fi
+echo $n`
+
+// SignalIdleChildren implements cluster.IdleChildSignaler in the pod (idleScript).
+func (p *process) SignalIdleChildren(sig syscall.Signal, quiet time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	res, err := p.c.execPlain(ctx, p.pod, []string{busybox, "sh", "-c", idleScript, "sh",
+		strconv.Itoa(p.pid), strconv.Itoa(int(sig)), strconv.FormatFloat(quiet.Seconds(), 'f', 3, 64)})
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+	if err != nil || res.ExitCode != 0 {
+		return 0, fmt.Errorf("signal idle children of %s in pod %s: exit %d, output %q %q", p.argv0, p.pod, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return n, nil
 }
 
 // procState is the state field of /proc/PID/stat text (the field after the command name in

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/account"
 	"github.com/cnibench/cnibench/internal/cluster"
+	"github.com/cnibench/cnibench/internal/driver"
 	"github.com/cnibench/cnibench/internal/image"
 	"github.com/cnibench/cnibench/internal/kube"
 	"github.com/cnibench/cnibench/internal/lab"
@@ -697,7 +698,7 @@ func kubeAccounting(t *testing.T, c result.Case, m scenario.Measurement, duratio
 	if covered != nodes || len(a.Hosts) == 0 || len(a.Hosts[0].CPUs) == 0 {
 		t.Errorf("accounted the CPUs of %d nodes (%+v), want %d; notes %q", covered, a.Hosts, nodes, a.Notes)
 	}
-	tool := map[string]string{"tcp": "iperf3", "udp": "iperf3", "rr": "netperf"}[c.Protocol]
+	tool := map[string]string{"tcp": "iperf3", "udp": "iperf3", "rr": "netperf", "crr": "netperf"}[c.Protocol]
 	roles := map[string]account.Role{}
 	for _, r := range a.Roles {
 		roles[r.Name] = r
@@ -706,7 +707,7 @@ func kubeAccounting(t *testing.T, c result.Case, m scenario.Measurement, duratio
 	if !slices.Contains(cl.Commands, tool) || cl.UserS+cl.SystemS <= 0 || cl.Host == "" || !slices.ContainsFunc(cl.RanOn, func(s account.Share) bool { return s.CPU == 0 && s.Pct > 0 }) {
 		t.Errorf("client role %+v: want %s's CPU time on its node's CPU 0 (pinned there); roles %+v", cl, tool, a.Roles)
 	}
-	server := map[string]string{"tcp": "iperf3", "udp": "iperf3", "rr": "netserver"}[c.Protocol]
+	server := map[string]string{"tcp": "iperf3", "udp": "iperf3", "rr": "netserver", "crr": "netserver"}[c.Protocol]
 	if sv := roles["server"]; !slices.Contains(sv.Commands, server) || !slices.ContainsFunc(sv.RanOn, func(s account.Share) bool { return s.CPU == 1 && s.Pct > 0 }) {
 		t.Errorf("server role %+v: want %s's CPU time on CPU 1 (pinned there); notes %q", sv, server, a.Notes)
 	}
@@ -745,6 +746,7 @@ func backendOnCluster(t *testing.T, h *Harness) {
 		{"p2p", "cluster", "inter", "tcp", "throughput_bps"},
 		{"p2p", "cluster", "intra", "rr", "transactions_per_s"},
 		{"p2p", "cluster", "inter", "udp", "throughput_bps"},
+		{"p2p", "cluster", "inter", "crr", "transactions_per_s"},
 		{"baseline", "node2node", "inter", "tcp", "throughput_bps"},
 	} {
 		t.Run(tc.sc+"/"+tc.pl+"/"+tc.proto, func(t *testing.T) {
@@ -755,9 +757,15 @@ func backendOnCluster(t *testing.T, h *Harness) {
 				t.Fatal(err)
 			}
 			defer f.Close(ctx)
+			start := time.Now()
 			m, err := f.Trial(ctx, 2)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// netserver's TCP_CRR test process is ended in the pod once the test is over
+			// (cluster.IdleChildSignaler): waited out, the trial would take 2 s + PadTime.
+			if took := time.Since(start); tc.proto == "crr" && took >= 2*time.Second+driver.PadTime-time.Second {
+				t.Errorf("a 2 s TCP_CRR trial took %v: the server's wait past the test (%v) was not ended", took, driver.PadTime)
 			}
 			if m.Metrics[tc.metric] <= 0 {
 				t.Errorf("%s = %v: %v", tc.metric, m.Metrics[tc.metric], m.Metrics)

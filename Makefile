@@ -21,10 +21,12 @@ kube-deps:
 	bash scripts/install-deps.sh --kube
 	bash scripts/kube-build.sh
 
-# What the suite needs beyond the cluster: headless Chromium (the HTML report is opened in a real
-# browser), promtool + Prometheus (the Prometheus export is read by them) and FD.io's MLRsearch
-# 1.2.1 in a venv (internal/search compares its NDR/PDR search with it).
-test-deps: kube-deps
+# What the suite needs beyond the cluster's binaries (scripts/test.sh builds those beside the
+# first tests): the cluster's Debian packages (install-deps.sh --test implies --kube), headless
+# Chromium (the HTML report is opened in a real browser), promtool + Prometheus (the Prometheus
+# export is read by them) and FD.io's MLRsearch 1.2.1 in a venv (internal/search compares its
+# NDR/PDR search with it).
+test-deps:
 	bash scripts/install-deps.sh --test
 	bash scripts/mlrsearch-venv.sh
 
@@ -50,12 +52,13 @@ bpf-check:
 	bash scripts/bpf-gen.sh --check
 
 # The whole suite, the real-cluster tests included (CNIBENCH_KUBE_E2E=1 makes a missing
-# Kubernetes binary a failure instead of a skip).
+# Kubernetes binary a failure instead of a skip): scripts/test.sh builds the cluster's binaries
+# in the background while the other packages run, then runs the cluster's package.
 test: build vet fmt-check test-deps bpf-check
 	@# Labs a killed earlier run left (owner gone) would fail the leftover checks of this one;
 	@# test clusters a killed run left are taken down by the next cluster's start.
 	$(BIN) lab clean
-	CNIBENCH_KUBE_E2E=1 CNIBENCH_REQUIRE_TOOLS=1 $(GO) test -count=1 -p 1 -timeout 70m ./...
+	GO=$(GO) bash scripts/test.sh
 	$(MAKE) --no-print-directory check-leftovers
 
 # The suite ends by checking that no test object (prefix cnbt / cnbe2e / cnbdoc) is left on the host.

@@ -16,18 +16,28 @@ import (
 
 // Progress reports a run: on a terminal one live line (trial i of n, case, ETA); otherwise
 // plain log lines, one per event.
+//
+// The ETA adds what is left of two kinds of work, each at the pace measured so far in this run:
+// the cases still to set up (their clusters and fixtures) at the mean set-up time, and the
+// planned trial seconds left (warm-ups included) at the wall time a planned second has taken.
+// Until a set-up or a trial has been measured, a set-up counts 1 s and a planned second 1 s.
 type Progress struct {
-	mu       sync.Mutex
-	w        io.Writer
-	tty      bool
-	start    time.Time
-	total    float64 // planned seconds of measurement
-	spent    float64 // planned seconds already behind us
-	trials   int     // trials planned
-	ran      int     // trials run
-	warmups  int     // warm-up trials run
-	measured float64 // seconds the trials run (warm-ups included) measured: their durations
-	lineOpen bool
+	mu        sync.Mutex
+	w         io.Writer
+	tty       bool
+	start     time.Time
+	total     float64 // planned seconds of measurement
+	spent     float64 // planned seconds already behind us
+	trials    int     // trials planned
+	ran       int     // trials run
+	warmups   int     // warm-up trials run
+	measured  float64 // seconds the trials run (warm-ups included) measured: their durations
+	setupLeft int     // cases with trials to run not yet set up
+	setups    int     // set-ups done
+	setupWall float64 // their wall time, s
+	trialWall float64 // wall time of the trials run (warm-ups included), s
+	trialAt   time.Time
+	lineOpen  bool
 }
 
 // NewProgress writes to w; tty selects the live line.
@@ -60,10 +70,25 @@ func (p *Progress) Begin(cases []*caseState) {
 	for _, c := range cases {
 		if n := len(c.pending()); n > 0 {
 			p.trials += n
-			p.total += float64(n)*trialSeconds(c.cs, c.cs.Duration) + trialSeconds(c.cs, c.cs.Warmup) + 1 // ~1 s of set-up
+			p.total += float64(n)*trialSeconds(c.cs, c.cs.Duration) + trialSeconds(c.cs, c.cs.Warmup)
+			p.setupLeft++
 		}
 	}
 	p.logf("%d cases, %d trials, about %s of measurement", len(cases), p.trials, fmtDur(p.total))
+}
+
+// SetupDone reports a case's set-up (its cluster, when the case made it, and its fixture) and
+// how long it took; failed, the case's trials (pending of them) are off the plan.
+func (p *Progress) SetupDone(c result.CaseSpec, took time.Duration, failed bool, pending int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setups++
+	p.setupWall += took.Seconds()
+	p.setupLeft = max(p.setupLeft-1, 0)
+	if failed && pending > 0 {
+		p.trials -= pending
+		p.total -= float64(pending)*trialSeconds(c, c.Duration) + trialSeconds(c, c.Warmup)
+	}
 }
 
 // Skip reports a case that cannot run (skipped) or could not be set up (failed).
@@ -81,18 +106,20 @@ func (p *Progress) Skip(c result.CaseSpec, err error) {
 func (p *Progress) Trial(c result.CaseSpec, t, target int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.trialAt = time.Now()
 	if p.tty {
 		p.live(fmt.Sprintf("[%d/%d] %s trial %d/%d", p.ran+1, max(p.trials, p.ran+1), c.Case.ID, t, target))
 	}
 }
 
-// WarmupDone reports a finished warm-up trial.
-func (p *Progress) WarmupDone(c result.CaseSpec, tr result.Trial) {
+// WarmupDone reports a finished warm-up trial and how long it took.
+func (p *Progress) WarmupDone(c result.CaseSpec, tr result.Trial, took time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.warmups++
 	p.measured += tr.DurationS
 	p.spent += trialSeconds(c, c.Warmup)
+	p.trialWall += took.Seconds()
 }
 
 // TrialDone reports a finished trial.
@@ -102,6 +129,10 @@ func (p *Progress) TrialDone(c result.CaseSpec, t, target int, tr result.Trial) 
 	p.ran++
 	p.measured += tr.DurationS
 	p.spent += trialSeconds(c, c.Duration)
+	if !p.trialAt.IsZero() {
+		p.trialWall += time.Since(p.trialAt).Seconds()
+		p.trialAt = time.Time{}
+	}
 	msg := headline(tr.Metrics)
 	switch tr.Status {
 	case "failed":
@@ -156,13 +187,16 @@ func (p *Progress) live(s string) {
 	p.lineOpen = true
 }
 
-// eta is the time left: the planned seconds left at the pace the planned seconds behind us
-// took (set-up and fixed costs included), "?" before the first trial.
+// eta is the time left (see Progress).
 func (p *Progress) eta() string {
-	if p.spent <= 0 {
-		return "?"
+	setup, pace := 1.0, 1.0
+	if p.setups > 0 {
+		setup = p.setupWall / float64(p.setups)
 	}
-	return fmtDur(time.Since(p.start).Seconds() / p.spent * max(p.total-p.spent, 0))
+	if p.spent > 0 && p.trialWall > 0 {
+		pace = p.trialWall / p.spent
+	}
+	return fmtDur(float64(p.setupLeft)*setup + max(p.total-p.spent, 0)*pace)
 }
 
 func fmtDur(s float64) string {

@@ -2,8 +2,10 @@ package runner
 
 import (
 	"bytes"
+	"io"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/cnibench/cnibench/internal/result"
 )
@@ -40,7 +42,8 @@ func TestProgressLogETAAndFixedCost(t *testing.T) {
 	c := result.CaseSpec{Case: result.Case{ID: "p2p/x/intra/rr", Scenario: "p2p", Protocol: "rr"}, Duration: 1, Warmup: 1, Repeat: 2}
 	st := newCaseState(c, nil, nil, Settings{})
 	p.Begin([]*caseState{st})
-	p.WarmupDone(c, result.Trial{DurationS: 1, Status: "ok"})
+	p.SetupDone(c, 0, false, 2)
+	p.WarmupDone(c, result.Trial{DurationS: 1, Status: "ok"}, time.Second)
 	p.TrialDone(c, 1, 2, result.Trial{DurationS: 1, Status: "ok", Metrics: map[string]float64{"transactions_per_s": 10}})
 	p.TrialDone(c, 2, 2, result.Trial{DurationS: 1, Status: "ok", Metrics: map[string]float64{"transactions_per_s": 10}})
 	p.End()
@@ -53,5 +56,28 @@ func TestProgressLogETAAndFixedCost(t *testing.T) {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("no line matching %s in:\n%s", re, out)
 		}
+	}
+}
+
+// The ETA: set-ups left at the mean set-up time so far plus planned trial seconds left at the
+// pace measured so far; a case whose set-up failed takes its trials off the plan.
+func TestProgressETA(t *testing.T) {
+	p := NewProgress(io.Discard, false)
+	cs := func(id string) result.CaseSpec {
+		return result.CaseSpec{Case: result.Case{ID: id, Scenario: "p2p", Protocol: "rr"}, Duration: 2, Repeat: 3}
+	}
+	a, b, c := cs("a"), cs("b"), cs("c")
+	p.Begin([]*caseState{newCaseState(a, nil, nil, Settings{}), newCaseState(b, nil, nil, Settings{}), newCaseState(c, nil, nil, Settings{})})
+	if got := p.eta(); got != "21s" { // 3 set-ups at 1 s + 18 planned seconds at 1 s
+		t.Errorf("ETA before anything ran: %s, want 21s", got)
+	}
+	p.SetupDone(a, 4*time.Second, false, 3)
+	p.SetupDone(b, 2*time.Second, true, 3) // b cannot run: its 6 s are off the plan
+	p.Trial(a, 1, 3)
+	p.trialAt = p.trialAt.Add(-3 * time.Second) // the trial took 3 s for 2 planned: pace 1.5
+	p.TrialDone(a, 1, 3, result.Trial{DurationS: 2, Status: "ok"})
+	// 1 set-up left at 3 s (mean of 4 and 2) + (12 - 2) planned seconds at 1.5.
+	if got := p.eta(); got != "18s" {
+		t.Errorf("ETA: %s, want 18s", got)
 	}
 }

@@ -578,6 +578,7 @@ func (r *run) closeFixture(c *caseState) {
 // setup builds a case's cluster and fixture; a failure is recorded (skipped or failed) and
 // finishes the case for this run.
 func (r *run) setup(ctx context.Context, c *caseState, name string) error {
+	start := time.Now()
 	s := r.cluster(ctx, c.cs)
 	err := s.err
 	if err == nil {
@@ -589,7 +590,11 @@ func (r *run) setup(ctx context.Context, c *caseState, name string) error {
 			NoAccount: r.set.NoAccount || (r.set.UnaccountedCopies && c.cs.Case.Copy > 1),
 			Trace:     r.set.traceOf(c.cs.Case), Amplify: r.set.AccountAmplify})
 	}
-	if err == nil || ctx.Err() != nil {
+	if ctx.Err() != nil {
+		return nil
+	}
+	r.prog.SetupDone(c.cs, time.Since(start), err != nil, len(c.pending()))
+	if err == nil {
 		return nil
 	}
 	r.prog.Skip(c.cs, err)
@@ -738,7 +743,7 @@ func (r *run) trial(ctx context.Context, c *caseState, n int) (redo bool, err er
 		if err := r.store.Append(wt); err != nil {
 			return false, err
 		}
-		r.prog.WarmupDone(c.cs, wt)
+		r.prog.WarmupDone(c.cs, wt, time.Since(start))
 	}
 	c.warm = true
 	r.prog.Trial(c.cs, n, c.target)

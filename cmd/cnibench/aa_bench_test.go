@@ -15,7 +15,7 @@ import (
 
 // BenchmarkAAPair measures what rounds are for, on this host: two identical copies of
 // p2p/flannel/inter/crr and of baseline/bare/intra/tcp, with make demo's trial settings
-// (plans/quick.yaml: 3 trials of 1 s after a 1 s warm-up), ten runs in rounds and ten in the
+// (plans/quick.yaml: 3 trials of 1 s, no warm-up), ten runs in rounds and ten in the
 // old sequential order, alternating. A copy's paired ratio to its twin must hold 1.0 (no
 // difference) in at least 9 of 10 runs in rounds; the sequential figure is reported beside it.
 //

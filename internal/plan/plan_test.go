@@ -379,7 +379,7 @@ func TestExpandQuickPlan(t *testing.T) {
 		if c.Tool != wantTool {
 			t.Errorf("%s: tool %q, want %q", c.ID, c.Tool, wantTool)
 		}
-		if s.Repeat != 3 || s.Duration != 1 || s.Warmup != 1 || s.CPUs != [2]int{0, 1} || c.MTU != 1500 || c.Nodes != 2 {
+		if s.Repeat != 3 || s.Duration != 1 || s.Warmup != 0 || s.CPUs != [2]int{0, 1} || c.MTU != 1500 || c.Nodes != 2 {
 			t.Errorf("%s: params %+v", c.ID, s)
 		}
 	}
@@ -699,7 +699,7 @@ func TestMerge(t *testing.T) {
 		t.Fatalf("%d groups", len(merged))
 	}
 	for i, g := range merged {
-		if *g.Repeat != 5 || *g.Duration != 3 || *g.Warmup != 1 || *g.CPUs != [2]int{1, 1} {
+		if *g.Repeat != 5 || *g.Duration != 3 || *g.Warmup != 0 || *g.CPUs != [2]int{1, 1} {
 			t.Errorf("[%d]: repeat %d duration %d warmup %d cpus %v", i, *g.Repeat, *g.Duration, *g.Warmup, *g.CPUs)
 		}
 		if !reflect.DeepEqual(g.Protocol, []string{"tcp", "rr"}) || g.Scenario != base[i].Scenario ||
@@ -721,7 +721,7 @@ func TestMerge(t *testing.T) {
 		t.Errorf("%d cases, want 14", len(specs))
 	}
 	for _, s := range specs {
-		if s.Repeat != 5 || s.Duration != 3 || s.Warmup != 1 {
+		if s.Repeat != 5 || s.Duration != 3 || s.Warmup != 0 {
 			t.Errorf("%s: %+v", s.Case.ID, s)
 		}
 	}

@@ -103,8 +103,8 @@ func TestNodeOfIP(t *testing.T) {
 	_, cc, _ := net.ParseCIDR("10.244.0.0/16")
 	l := &Lab{}
 	for i := range 2 {
-		l.nodes = append(l.nodes, &node{name: fmt.Sprintf("node%d", i), podCIDR: &net.IPNet{IP: nthIP(cc.IP, 256*i), Mask: net.CIDRMask(24, 32)},
-			silentCIDR: silentBlock(cc, 2, i)})
+		l.nodes = append(l.nodes, &node{name: fmt.Sprintf("node%d", i), podCIDR: nodePodCIDR(cc, 24, i),
+			silentCIDR: silentBlock(cc, 2, 24, i)})
 	}
 	for ip, want := range map[string]string{"10.244.0.9": "node0", "10.244.1.9": "node1", "10.244.2.9": "",
 		nthIP(l.nodes[1].silentCIDR.IP, 5).String(): "node1", nthIP(l.nodes[0].silentCIDR.IP, 5).String(): "node0", "bad": ""} {

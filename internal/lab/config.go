@@ -12,13 +12,16 @@ import (
 
 // Config describes a lab.
 type Config struct {
-	Prefix       string // every object's name starts with it; see ValidPrefix
-	Dataplane    string // preset or baseline name
-	Nodes        int    // default 2
-	MTU          int    // underlay MTU, default 1500
-	ClusterCIDR  string // default 10.244.0.0/16; node i gets the i-th /24
-	UnderlayCIDR string // default 172.30.0.0/24
-	CNIPath      []string
+	Prefix      string // every object's name starts with it; see ValidPrefix
+	Dataplane   string // preset or baseline name
+	Nodes       int    // default 2
+	MTU         int    // underlay MTU, default 1500
+	ClusterCIDR string // default 10.244.0.0/16; node i gets its i-th block of NodeCIDRMaskSize
+	// NodeCIDRMaskSize is the prefix length of each node's pod CIDR (kube-controller-manager's
+	// --node-cidr-mask-size), default 24: 254 attached pods per node; 22 holds 1,022.
+	NodeCIDRMaskSize int
+	UnderlayCIDR     string // default 172.30.0.0/24
+	CNIPath          []string
 	// Proxy and Policy override the preset's Service implementation and policy engine ("" =
 	// the preset's); see dataplane.Proxies and dataplane.PolicyEngines.
 	Proxy, Policy string
@@ -74,6 +77,9 @@ func (c *Config) defaults() error {
 	if c.MTU == 0 {
 		c.MTU = 1500
 	}
+	if c.NodeCIDRMaskSize == 0 {
+		c.NodeCIDRMaskSize = 24
+	}
 	if c.ClusterCIDR == "" {
 		c.ClusterCIDR = "10.244.0.0/16"
 	}
@@ -103,8 +109,11 @@ func (c *Config) defaults() error {
 	if err != nil || cc.IP.To4() == nil {
 		return fmt.Errorf("cluster CIDR %q is not an IPv4 CIDR (e.g. 10.244.0.0/16)", c.ClusterCIDR)
 	}
-	if ones, _ := cc.Mask.Size(); ones > 24-bitsFor(c.Nodes) {
-		return fmt.Errorf("cluster CIDR %s too small for %d nodes with a /24 each", c.ClusterCIDR, c.Nodes)
+	if c.NodeCIDRMaskSize < 16 || c.NodeCIDRMaskSize > 28 {
+		return fmt.Errorf("node CIDR mask size %d out of range (16..28)", c.NodeCIDRMaskSize)
+	}
+	if ones, _ := cc.Mask.Size(); ones > c.NodeCIDRMaskSize-bitsFor(c.Nodes) {
+		return fmt.Errorf("cluster CIDR %s too small for %d nodes with a /%d each", c.ClusterCIDR, c.Nodes, c.NodeCIDRMaskSize)
 	}
 	_, uc, err := net.ParseCIDR(c.UnderlayCIDR)
 	if err != nil || uc.IP.To4() == nil {

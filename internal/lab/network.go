@@ -40,9 +40,10 @@ func (l *Lab) buildUnderlay() error {
 	if err != nil {
 		return err
 	}
+	mask := l.cfg.NodeCIDRMaskSize
 	for i := 0; i < l.cfg.Nodes; i++ {
 		n := &node{index: i, name: fmt.Sprintf("node%d", i), ns: fmt.Sprintf("%s-n%d", l.cfg.Prefix, i), ip: nthIP(ul.IP, 10+i),
-			podCIDR: &net.IPNet{IP: nthIP(cc.IP, 256*i), Mask: net.CIDRMask(24, 32)}, silentCIDR: silentBlock(cc, l.cfg.Nodes, i)}
+			podCIDR: nodePodCIDR(cc, mask, i), silentCIDR: silentBlock(cc, l.cfg.Nodes, mask, i)}
 		l.nodes = append(l.nodes, n)
 		if err := createNS(n.ns); err != nil {
 			return err
@@ -59,6 +60,11 @@ func (l *Lab) buildUnderlay() error {
 		}
 	}
 	return nil
+}
+
+// nodePodCIDR is node i's pod CIDR: the i-th /mask block of the cluster CIDR cc.
+func nodePodCIDR(cc *net.IPNet, mask, i int) *net.IPNet {
+	return &net.IPNet{IP: nthIP(cc.IP, i<<(32-mask)), Mask: net.CIDRMask(mask, 32)}
 }
 
 // NodeLink is the name of a node's link to the underlay, inside the node's namespace.

@@ -42,12 +42,13 @@ type holder struct {
 }
 
 // silentBlock is node i's block of silent-pod addresses: the upper half of the cluster CIDR,
-// split evenly between the nodes (nil when the cluster CIDR has no room for it).
-func silentBlock(cc *net.IPNet, nodes, i int) *net.IPNet {
+// split evenly between the nodes (nil when the cluster CIDR has no room for it: the lower half
+// holds the nodes' pod CIDRs, a /nodeMask each).
+func silentBlock(cc *net.IPNet, nodes, nodeMask, i int) *net.IPNet {
 	ones, bits := cc.Mask.Size()
 	half := bits - ones - 1 // host bits of the upper half
 	per := half - bitsFor(nodes)
-	if per < 4 || nodes*256 > 1<<half {
+	if per < 4 || nodes<<(bits-nodeMask) > 1<<half {
 		return nil
 	}
 	base := nthIP(cc.IP.To4(), 1<<half+i<<per)
@@ -62,7 +63,7 @@ func (l *Lab) holderOf(ctx context.Context, n *node) (*holder, error) {
 		return h, nil
 	}
 	if n.silentCIDR == nil {
-		return nil, fmt.Errorf("cluster CIDR %s has no room for silent pods (needs a /24 per node in its lower half): give a larger cluster CIDR", l.cfg.ClusterCIDR)
+		return nil, fmt.Errorf("cluster CIDR %s has no room for silent pods (needs a /%d per node in its lower half): give a larger cluster CIDR", l.cfg.ClusterCIDR, l.cfg.NodeCIDRMaskSize)
 	}
 	ns := l.cfg.Prefix + "-s-" + n.name
 	if err := createNS(ns); err != nil {

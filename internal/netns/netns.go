@@ -240,8 +240,16 @@ func KillAll(name string) error {
 // leaves /sys as it is) with stdin (nil: none), and returns its standard output; the error
 // names the command and the first lines of what it wrote to standard error.
 func Output(nsPath, tool string, args []string, stdin []byte) ([]byte, error) {
+	return OutputEnv(nsPath, nil, tool, args, stdin)
+}
+
+// OutputEnv is Output with env ("KEY=value") added to this process's environment for the tool.
+func OutputEnv(nsPath string, env []string, tool string, args []string, stdin []byte) ([]byte, error) {
 	argv := append([]string{"--net=" + nsPath, tool}, args...)
 	cmd := exec.Command("nsenter", argv...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}

@@ -3,6 +3,9 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/cnibench/cnibench/internal/netns"
 )
@@ -22,39 +25,69 @@ func (b IPTablesBackend) tool(restore bool) string {
 	return name
 }
 
-// ApplyIPTables programs the rendering in the network namespace at nsPath: the hooks of the
-// tables the input has (added once: checked with -C first), then the chains in one
-// iptables-restore --noflush call. --noflush keeps re-applying idempotent in both tables:
-// each declared chain is flushed and refilled, the built-in chains and every other chain
-// are left alone.
-func ApplyIPTables(nsPath string, backend IPTablesBackend, input []byte) error {
+// ApplyIPTables programs the rendering in the network namespace at nsPath with one
+// iptables-restore --noflush call. The hooks of the tables the input has come first, those
+// the namespace lacks (checked with -C, as kube-proxy ensures its jumps), each table's in a
+// section of its own that declares the chains they jump to; then the input's chains.
+// --noflush keeps re-applying idempotent in both tables: each declared chain is flushed and
+// refilled, the built-in chains and every other chain are left alone.
+//
+// lock is the xtables lock file the tools take (XTABLES_LOCKFILE; "" for the host's
+// /run/xtables.lock). iptables-legacy locks that one file whatever the network namespace, so
+// lab nodes sharing the host's /run would program one after the other; a lock file per node,
+// as every real node has, lets them program at once.
+func ApplyIPTables(nsPath string, backend IPTablesBackend, lock string, input []byte) error {
+	var env []string
+	if lock != "" {
+		env = []string{"XTABLES_LOCKFILE=" + lock}
+	}
 	tables := restoreTables(input)
+	var hooks bytes.Buffer
+	var chains, rules []string // of the table being written
+	table := ""
+	endTable := func() {
+		if table != "" {
+			hooks.WriteString("*" + table + "\n" + strings.Join(chains, "") + strings.Join(rules, "") + "COMMIT\n")
+		}
+		chains, rules = nil, nil
+	}
 	for _, h := range Hooks() {
-		table := h[1]
-		if !tables[table] {
+		if !tables[h[1]] {
 			continue
 		}
-		check := append([]string(nil), h...)
-		for i, a := range check {
-			if a == "-A" {
-				check[i] = "-C"
-			}
-		}
-		if run(nsPath, backend.tool(false), check, nil) == nil {
+		check := slices.Clone(h)
+		check[slices.Index(check, "-A")] = "-C"
+		if runEnv(nsPath, env, backend.tool(false), check, nil) == nil {
 			continue
+		}
+		if h[1] != table {
+			endTable()
+			table = h[1]
 		}
 		// The chain must exist before a rule can jump to it.
-		if err := run(nsPath, backend.tool(true), []string{"--noflush"}, []byte("*"+table+"\n:"+h[len(h)-1]+" - [0:0]\nCOMMIT\n")); err != nil {
-			return err
+		if decl := ":" + h[len(h)-1] + " - [0:0]\n"; !slices.Contains(chains, decl) {
+			chains = append(chains, decl)
 		}
-		if err := run(nsPath, backend.tool(false), h, nil); err != nil {
-			return err
-		}
+		rules = append(rules, restoreRule(h[2:])+"\n")
 	}
+	endTable()
 	if backend != "legacy" {
 		input = wholeTableCache(input)
 	}
-	return run(nsPath, backend.tool(true), []string{"--noflush"}, input)
+	return runEnv(nsPath, env, backend.tool(true), []string{"--noflush"}, append(hooks.Bytes(), input...))
+}
+
+// restoreRule writes a rule's arguments as an iptables-restore line: those with a blank or
+// a quote in double quotes.
+func restoreRule(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"") {
+			a = strconv.Quote(a)
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
 }
 
 // restoreTables are the tables an iptables-restore input has a section ("*table") for.
@@ -97,7 +130,13 @@ func wholeTableCache(input []byte) []byte {
 }
 
 func run(nsPath, tool string, args []string, stdin []byte) error {
-	_, err := netns.Output(nsPath, tool, args, stdin)
+	return runEnv(nsPath, nil, tool, args, stdin)
+}
+
+// runEnv runs tool inside the namespace at nsPath with env ("KEY=value") added to its
+// environment (netns.OutputEnv).
+func runEnv(nsPath string, env []string, tool string, args []string, stdin []byte) error {
+	_, err := netns.OutputEnv(nsPath, env, tool, args, stdin)
 	return err
 }
 

@@ -68,8 +68,8 @@ func nftChainCount(ns string) (int, error) {
 }
 
 var benchEngines = []benchEngine{
-	{"iptables-nft", RenderIPTables, func(ns string, in []byte) error { return ApplyIPTables(ns, "nft", in) }, iptablesChains("nft")},
-	{"iptables-legacy", RenderIPTables, func(ns string, in []byte) error { return ApplyIPTables(ns, "legacy", in) }, iptablesChains("legacy")},
+	{"iptables-nft", RenderIPTables, func(ns string, in []byte) error { return ApplyIPTables(ns, "nft", "", in) }, iptablesChains("nft")},
+	{"iptables-legacy", RenderIPTables, func(ns string, in []byte) error { return ApplyIPTables(ns, "legacy", "", in) }, iptablesChains("legacy")},
 	{"nftables", RenderNFTables, ApplyNFTables, nftChainCount},
 }
 

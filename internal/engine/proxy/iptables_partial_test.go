@@ -115,7 +115,7 @@ func TestIPTablesPartialMatchesFull(t *testing.T) {
 					p, _ := prev.(*IPTState)
 					return RenderIPTablesPartial(p, svcs, opt)
 				},
-				apply: func(ns string, in []byte) error { return ApplyIPTables(ns, backend, in) },
+				apply: func(ns string, in []byte) error { return ApplyIPTables(ns, backend, "", in) },
 				list:  iptListing(backend),
 			}
 			if n := checkSteps(t, e, "fixed steps", fixedSteps()); n != len(fixedSteps())-1 {

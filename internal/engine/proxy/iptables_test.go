@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Chain names must be kube-proxy's: these pairs are from a real cluster's iptables-save
@@ -84,7 +88,7 @@ func TestApplyIPTables(t *testing.T) {
 			svcs := nftTestServices()
 			in, cnt := RenderIPTables(svcs, Options{ClusterCIDR: "10.244.0.0/16"})
 			for i := 0; i < 2; i++ {
-				if err := ApplyIPTables(ns, backend, in); err != nil {
+				if err := ApplyIPTables(ns, backend, "", in); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -105,8 +109,18 @@ func TestApplyIPTables(t *testing.T) {
 			if n := strings.Count(s, "-j KUBE-SERVICES"); n != 2 {
 				t.Errorf("%d hooks into KUBE-SERVICES, want 2", n)
 			}
+			// The hooks, written into the restore's input, are the rules `iptables -A` wrote.
+			for _, want := range []string{
+				`-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`,
+				`-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`,
+				`-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING`,
+			} {
+				if n := strings.Count(s, "\n"+want+"\n"); n != 1 {
+					t.Errorf("hook %q %d times, want once:\n%s", want, n, s)
+				}
+			}
 			small, _ := RenderIPTables(svcs[1:2], Options{ClusterCIDR: "10.244.0.0/16", Stale: cnt.Names})
-			if err := ApplyIPTables(ns, backend, small); err != nil {
+			if err := ApplyIPTables(ns, backend, "", small); err != nil {
 				t.Fatal(err)
 			}
 			if s := save(); strings.Contains(s, svcs[0].SvcChain()) || !strings.Contains(s, svcs[1].SvcChain()) {
@@ -160,7 +174,7 @@ func TestApplyIPTablesNodePorts(t *testing.T) {
 			opt := Options{ClusterCIDR: "10.244.0.0/16", NodeName: "node0"}
 			in, cnt := RenderIPTables(svcs, opt)
 			for i := 0; i < 2; i++ {
-				if err := ApplyIPTables(ns, backend, in); err != nil {
+				if err := ApplyIPTables(ns, backend, "", in); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -187,7 +201,7 @@ func TestApplyIPTablesNodePorts(t *testing.T) {
 			}
 			opt.Stale = cnt.Names
 			plain, pcnt := RenderIPTables(svcs[:3], opt)
-			if err := ApplyIPTables(ns, backend, plain); err != nil {
+			if err := ApplyIPTables(ns, backend, "", plain); err != nil {
 				t.Fatal(err)
 			}
 			s = save()
@@ -199,5 +213,43 @@ func TestApplyIPTablesNodePorts(t *testing.T) {
 				t.Errorf("%d KUBE chains, want %d:\n%s", n, pcnt.Chains, s)
 			}
 		})
+	}
+}
+
+// ApplyIPTables takes the xtables lock it is given: iptables-legacy waits while another holds
+// that file, and not for a lock on another file (the host's, another node's).
+func TestApplyIPTablesOwnLock(t *testing.T) {
+	ns := scratchNS(t)
+	in, _ := RenderIPTables(nftTestServices(), Options{})
+	dir := t.TempDir()
+	held, other := filepath.Join(dir, "held.lock"), filepath.Join(dir, "other.lock")
+	f, err := os.Create(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplyIPTables(ns, "legacy", other, in); err != nil {
+		t.Fatalf("with a lock of its own: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ApplyIPTables(ns, "legacy", held, in) }()
+	select {
+	case err := <-done:
+		t.Fatalf("applied while its lock was held (%v)", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("once the lock was free: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still waiting 10 s after the lock was freed")
 	}
 }

@@ -269,7 +269,7 @@ func iptablesByChain(text string) map[string][]string {
 func listIPTables(t *testing.T, in []byte, tables ...string) map[string]map[string][]string {
 	t.Helper()
 	ns := scratchNS(t)
-	if err := ApplyIPTables(ns, "nft", in); err != nil {
+	if err := ApplyIPTables(ns, "nft", "", in); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]map[string][]string{}

@@ -239,7 +239,7 @@ func programNodes(t *testing.T, l *lab.Lab, engine string, svcs []proxy.Service,
 			err = proxy.ApplyNFTables(netns.Path(ns), input)
 		} else {
 			input, _ := proxy.RenderIPTables(svcs, o)
-			err = proxy.ApplyIPTables(netns.Path(ns), "nft", input)
+			err = proxy.ApplyIPTables(netns.Path(ns), "nft", "", input)
 		}
 		if err != nil {
 			t.Fatalf("%s in %s: %v", engine, n.Name, err)

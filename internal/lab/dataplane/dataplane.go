@@ -14,6 +14,8 @@ package dataplane
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -60,6 +62,20 @@ type Node struct {
 	// Sysctl writes a sysctl (a path under /proc/sys such as "net/ipv4/ip_forward") inside
 	// the node's namespace.
 	Sysctl func(key, value string) error
+}
+
+// XTablesLock is the node's own xtables lock file (iptables' XTABLES_LOCKFILE), in Dir, which
+// it creates; "" (the host's /run/xtables.lock) for a node without a Dir. A real node has its
+// lock to itself; without one of their own the lab's nodes would share the host's, and
+// iptables-legacy on one node would wait for another's.
+func (n Node) XTablesLock() (string, error) {
+	if n.Dir == "" {
+		return "", nil
+	}
+	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+		return "", fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	return filepath.Join(n.Dir, "xtables.lock"), nil
 }
 
 // registry holds the engines of one kind by name.

@@ -27,8 +27,13 @@ func (iptablesProxy) Render(svcs []proxy.Service, opt proxy.Options) ([]byte, pr
 	return proxy.RenderIPTables(svcs, opt)
 }
 
+// Apply runs the node's iptables-restore with the node's own xtables lock (Node.XTablesLock).
 func (p iptablesProxy) Apply(n Node, input []byte) error {
-	return proxy.ApplyIPTables(n.Path, p.backend, input)
+	lock, err := n.XTablesLock()
+	if err != nil {
+		return err
+	}
+	return proxy.ApplyIPTables(n.Path, p.backend, lock, input)
 }
 
 var _ PartialProxy = iptablesProxy{}

@@ -18,6 +18,14 @@ type iperf3 struct{}
 // out of the figures, and the trial takes that much longer than its duration.
 const TCPOmitS = 1
 
+// OmitS is how long a trial of protocol runs before it measures: TCPOmitS for tcp, else 0.
+func OmitS(protocol string) int {
+	if protocol == "tcp" {
+		return TCPOmitS
+	}
+	return 0
+}
+
 func (iperf3) Name() string { return "iperf3" }
 
 func (iperf3) ServerCommand(port int) []string {

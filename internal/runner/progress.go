@@ -32,6 +32,7 @@ type Progress struct {
 	ran       int     // trials run
 	warmups   int     // warm-up trials run
 	measured  float64 // seconds the trials run (warm-ups included) measured: their durations
+	omitted   float64 // seconds they ran before they measured (driver.OmitS)
 	setupLeft int     // cases with trials to run not yet set up
 	setups    int     // set-ups done
 	setupWall float64 // their wall time, s
@@ -54,12 +55,7 @@ func trialSeconds(c result.CaseSpec, d int) float64 {
 		}
 		return sc.Info().TrialSeconds(c.Case, d)
 	}
-	s := float64(d)
-	switch c.Case.Protocol {
-	case "tcp":
-		s += driver.TCPOmitS
-	}
-	return s
+	return float64(d + driver.OmitS(c.Case.Protocol))
 }
 
 // Begin announces the cases and what is left of them.
@@ -118,6 +114,7 @@ func (p *Progress) WarmupDone(c result.CaseSpec, tr result.Trial, took time.Dura
 	defer p.mu.Unlock()
 	p.warmups++
 	p.measured += tr.DurationS
+	p.omitted += float64(driver.OmitS(c.Case.Protocol))
 	p.spent += trialSeconds(c, c.Warmup)
 	p.trialWall += took.Seconds()
 }
@@ -128,7 +125,11 @@ func (p *Progress) TrialDone(c result.CaseSpec, t, target int, tr result.Trial) 
 	defer p.mu.Unlock()
 	p.ran++
 	p.measured += tr.DurationS
-	p.spent += trialSeconds(c, c.Duration)
+	p.omitted += float64(driver.OmitS(c.Case.Protocol))
+	if tr.Status != "disturbed" {
+		// A disturbed trial runs again: its wall time slows the pace instead.
+		p.spent += trialSeconds(c, c.Duration)
+	}
 	if !p.trialAt.IsZero() {
 		p.trialWall += time.Since(p.trialAt).Seconds()
 		p.trialAt = time.Time{}
@@ -164,8 +165,11 @@ func (p *Progress) End() {
 	}
 	line += ")"
 	if n := p.ran + p.warmups; n > 0 && p.measured > 0 {
-		line += fmt.Sprintf(": %.0f s measured, %.2f s of fixed cost per trial (wall time less measured time, per trial)",
-			p.measured, (wall-p.measured)/float64(n))
+		line += fmt.Sprintf(": %.0f s measured, %.2f s of fixed cost per trial (wall time less measured time, per trial", p.measured, (wall-p.measured)/float64(n))
+		if p.omitted > 0 {
+			line += fmt.Sprintf("; %.2f s besides the %.0f s the tools ran before they measured (iperf3's omitted slow start)", (wall-p.measured-p.omitted)/float64(n), p.omitted)
+		}
+		line += ")"
 	}
 	p.logf("%s", line)
 }

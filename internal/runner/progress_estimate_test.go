@@ -39,7 +39,7 @@ func TestTrialSeconds(t *testing.T) {
 func TestProgressLogETAAndFixedCost(t *testing.T) {
 	var buf bytes.Buffer
 	p := NewProgress(&buf, false)
-	c := result.CaseSpec{Case: result.Case{ID: "p2p/x/intra/rr", Scenario: "p2p", Protocol: "rr"}, Duration: 1, Warmup: 1, Repeat: 2}
+	c := result.CaseSpec{Case: result.Case{ID: "p2p/x/intra/tcp", Scenario: "p2p", Protocol: "tcp"}, Duration: 1, Warmup: 1, Repeat: 2}
 	st := newCaseState(c, nil, nil, Settings{})
 	p.Begin([]*caseState{st})
 	p.SetupDone(c, 0, false, 2)
@@ -51,7 +51,7 @@ func TestProgressLogETAAndFixedCost(t *testing.T) {
 	for _, re := range []string{
 		`trial 1/2: 10 trans/s  \[1/2, ETA \d+s\]`,
 		`trial 2/2: 10 trans/s  \[2/2, ETA 0s\]`,
-		`done in \d+s \(2 trials and 1 warm-ups\): 3 s measured, -?\d+\.\d\d s of fixed cost per trial`,
+		`done in \d+s \(2 trials and 1 warm-ups\): 3 s measured, -?\d+\.\d\d s of fixed cost per trial .*; -?\d+\.\d\d s besides the 3 s the tools ran before they measured`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("no line matching %s in:\n%s", re, out)
@@ -79,5 +79,13 @@ func TestProgressETA(t *testing.T) {
 	// 1 set-up left at 3 s (mean of 4 and 2) + (12 - 2) planned seconds at 1.5.
 	if got := p.eta(); got != "18s" {
 		t.Errorf("ETA: %s, want 18s", got)
+	}
+	// A disturbed trial (2 s of wall) runs again: the work left stays, the pace slows to
+	// 5 s of wall for 2 planned seconds.
+	p.Trial(a, 2, 3)
+	p.trialAt = p.trialAt.Add(-2 * time.Second)
+	p.TrialDone(a, 2, 3, result.Trial{DurationS: 2, Status: "disturbed"})
+	if got := p.eta(); got != "28s" { // 3 + 10 x 2.5
+		t.Errorf("ETA after a disturbed trial: %s, want 28s", got)
 	}
 }

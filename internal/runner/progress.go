@@ -119,15 +119,15 @@ func (p *Progress) WarmupDone(c result.CaseSpec, tr result.Trial, took time.Dura
 	p.trialWall += took.Seconds()
 }
 
-// TrialDone reports a finished trial.
-func (p *Progress) TrialDone(c result.CaseSpec, t, target int, tr result.Trial) {
+// TrialDone reports a finished trial; again says that it runs again (disturbed).
+func (p *Progress) TrialDone(c result.CaseSpec, t, target int, tr result.Trial, again bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ran++
 	p.measured += tr.DurationS
 	p.omitted += float64(driver.OmitS(c.Case.Protocol))
-	if tr.Status != "disturbed" {
-		// A disturbed trial runs again: its wall time slows the pace instead.
+	if !again {
+		// A trial that runs again leaves the work as it was: its wall time slows the pace.
 		p.spent += trialSeconds(c, c.Duration)
 	}
 	if !p.trialAt.IsZero() {

@@ -44,8 +44,8 @@ func TestProgressLogETAAndFixedCost(t *testing.T) {
 	p.Begin([]*caseState{st})
 	p.SetupDone(c, 0, false, 2)
 	p.WarmupDone(c, result.Trial{DurationS: 1, Status: "ok"}, time.Second)
-	p.TrialDone(c, 1, 2, result.Trial{DurationS: 1, Status: "ok", Metrics: map[string]float64{"transactions_per_s": 10}})
-	p.TrialDone(c, 2, 2, result.Trial{DurationS: 1, Status: "ok", Metrics: map[string]float64{"transactions_per_s": 10}})
+	p.TrialDone(c, 1, 2, result.Trial{DurationS: 1, Status: "ok", Metrics: map[string]float64{"transactions_per_s": 10}}, false)
+	p.TrialDone(c, 2, 2, result.Trial{DurationS: 1, Status: "ok", Metrics: map[string]float64{"transactions_per_s": 10}}, false)
 	p.End()
 	out := buf.String()
 	for _, re := range []string{
@@ -75,7 +75,7 @@ func TestProgressETA(t *testing.T) {
 	p.SetupDone(b, 2*time.Second, true, 3) // b cannot run: its 6 s are off the plan
 	p.Trial(a, 1, 3)
 	p.trialAt = p.trialAt.Add(-3 * time.Second) // the trial took 3 s for 2 planned: pace 1.5
-	p.TrialDone(a, 1, 3, result.Trial{DurationS: 2, Status: "ok"})
+	p.TrialDone(a, 1, 3, result.Trial{DurationS: 2, Status: "ok"}, false)
 	// 1 set-up left at 3 s (mean of 4 and 2) + (12 - 2) planned seconds at 1.5.
 	if got := p.eta(); got != "18s" {
 		t.Errorf("ETA: %s, want 18s", got)
@@ -84,7 +84,7 @@ func TestProgressETA(t *testing.T) {
 	// 5 s of wall for 2 planned seconds.
 	p.Trial(a, 2, 3)
 	p.trialAt = p.trialAt.Add(-2 * time.Second)
-	p.TrialDone(a, 2, 3, result.Trial{DurationS: 2, Status: "disturbed"})
+	p.TrialDone(a, 2, 3, result.Trial{DurationS: 2, Status: "disturbed"}, true)
 	if got := p.eta(); got != "28s" { // 3 + 10 x 2.5
 		t.Errorf("ETA after a disturbed trial: %s, want 28s", got)
 	}

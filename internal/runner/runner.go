@@ -756,7 +756,6 @@ func (r *run) trial(ctx context.Context, c *caseState, n int) (redo bool, err er
 	if err := r.store.Append(t); err != nil {
 		return false, err
 	}
-	r.prog.TrialDone(c.cs, n, c.target, t)
 	switch t.Status {
 	case "ok":
 		c.done[n] = true
@@ -766,14 +765,16 @@ func (r *run) trial(ctx context.Context, c *caseState, n int) (redo bool, err er
 	case "disturbed":
 		if c.reruns < r.maxReruns(c) {
 			c.reruns++
-			return true, nil
+			redo = true
+			break
 		}
 		// Past the bound the trial is lost: the case goes on with fewer trials.
 		c.done[n] = true
 	default:
 		c.done[n] = true // failed: recorded; a resume runs it again
 	}
-	return false, nil
+	r.prog.TrialDone(c.cs, n, c.target, t, redo)
+	return redo, nil
 }
 
 // record appends one trial (with its raw output under trials/) to results.jsonl.

@@ -49,10 +49,10 @@ func NewProgress(w io.Writer, tty bool) *Progress { return &Progress{w: w, tty: 
 // driver.PadTime past it where the backend cannot end that wait: the ETA learns it from the
 // trials run.)
 func trialSeconds(c result.CaseSpec, d int) float64 {
+	if d <= 0 {
+		return 0 // no (warm-up) trial
+	}
 	if sc, err := scenario.Get(c.Case.Scenario); err == nil && sc.Info().TrialSeconds != nil {
-		if d <= 0 {
-			return 0 // no warm-up trial
-		}
 		return sc.Info().TrialSeconds(c.Case, d)
 	}
 	return float64(d + driver.OmitS(c.Case.Protocol))

@@ -25,6 +25,7 @@ func TestTrialSeconds(t *testing.T) {
 		{cs("p2p", "tcp"), 10, 11},
 		{cs("p2p", "crr"), 10, 10},
 		{cs("p2p", "rr"), 10, 10},
+		{cs("p2p", "tcp"), 0, 0},
 		{cs("vnf", "gtpu"), 3, 70},
 		{cs("vnf", "gtpu"), 0, 0},
 	} {

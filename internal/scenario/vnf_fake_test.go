@@ -50,7 +50,7 @@ func TestVNFSearchThroughFake(t *testing.T) {
 	if m.Metrics["generator_max_pps"] != clustertest.DefaultPktGenMax || m.Metrics["search_max_pps"] != 0.95*clustertest.DefaultPktGenMax {
 		t.Errorf("generator %v, search max %v", m.Metrics["generator_max_pps"], m.Metrics["search_max_pps"])
 	}
-	if m.Metrics["latency_p50_us"] != 100 || m.Metrics["search_trials_count"] < 5 || m.Metrics["ndr_bps"] != ndr*256*8 {
+	if m.Metrics["latency_p50_us"] != 100 || m.Metrics["search_trials_count"] < 3 || m.Metrics["ndr_bps"] != ndr*256*8 {
 		t.Errorf("metrics %v", m.Metrics)
 	}
 

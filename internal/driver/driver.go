@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"time"
 )
 
 // Spec describes one trial.
@@ -85,17 +84,17 @@ type Driver interface {
 // Lingerer is a driver whose server runs each test in a process of its own that, for some
 // protocols, outlives the client's test: it waits for a timer before it reports and exits.
 type Lingerer interface {
-	// Linger tells whether s's server test process lingers, how long, and the signal (the
-	// timer's own) that ends the wait at once, as the timer would.
-	Linger(s Spec) (sig syscall.Signal, wait time.Duration, ok bool)
+	// Linger tells whether s's server test process lingers, and the signal (the timer's own)
+	// that ends the wait at once, as the timer would.
+	Linger(s Spec) (sig syscall.Signal, ok bool)
 }
 
 // Linger is Lingerer.Linger of d, or false for a driver whose server does not linger.
-func Linger(d Driver, s Spec) (syscall.Signal, time.Duration, bool) {
+func Linger(d Driver, s Spec) (syscall.Signal, bool) {
 	if l, ok := d.(Lingerer); ok {
 		return l.Linger(s)
 	}
-	return 0, 0, false
+	return 0, false
 }
 
 // HasDataPort tells whether driver d's tool opens a data connection besides its control

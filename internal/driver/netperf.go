@@ -54,8 +54,8 @@ const PadTime = 4 * time.Second
 
 // Linger implements Lingerer: a TCP_CRR server test process lingers PadTime; SIGALRM, its
 // timer's signal, ends the wait as the timer would (it reports at once, over the time it ran).
-func (netperf) Linger(s Spec) (syscall.Signal, time.Duration, bool) {
-	return syscall.SIGALRM, PadTime, s.Protocol == "crr"
+func (netperf) Linger(s Spec) (syscall.Signal, bool) {
+	return syscall.SIGALRM, s.Protocol == "crr"
 }
 
 // Command builds the netperf argv. A TCP_CRR run takes DurationS+PadTime unless its server's

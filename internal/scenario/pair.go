@@ -120,7 +120,7 @@ func fragmentsPerDatagram(mtu, payload int) int {
 // past the client's test (driver.Linger) has them ended once the test length has passed and
 // they sit idle, where the backend can see them (cluster.IdleChildSignaler).
 func measureSpec(ctx context.Context, fr *trialFrame, drv driver.Driver, spec driver.Spec, srv cluster.Process, timeout time.Duration) (Measurement, error) {
-	if sig, _, ok := driver.Linger(drv, spec); ok {
+	if sig, ok := driver.Linger(drv, spec); ok {
 		if s, ok := srv.(cluster.IdleChildSignaler); ok {
 			defer endLinger(ctx, s, sig, time.Duration(spec.DurationS)*time.Second)()
 		}

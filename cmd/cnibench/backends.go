@@ -1,9 +1,11 @@
 package main
 
 // The backends register themselves (cluster.RegisterBackend) when their package is linked in:
-// this file is the only place the CLI names them for runs. Their own housekeeping commands
-// are in labcmd.go and kubecmd.go.
+// this file and backends_kube.go are the only places the CLI names them for runs. Their own
+// housekeeping commands are in labcmd.go and kubecmd.go.
 import (
-	_ "github.com/cnibench/cnibench/internal/kube"
 	_ "github.com/cnibench/cnibench/internal/lab"
 )
+
+// leftOut says which backends this build left out and how to get them ("": none).
+var leftOut string

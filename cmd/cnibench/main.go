@@ -56,7 +56,11 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the cnibench version",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "cnibench %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			build := ""
+			if leftOut != "" {
+				build = ", lab backend only: -tags labonly"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "cnibench %s (%s, %s/%s%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH, build)
 			return nil
 		},
 	}

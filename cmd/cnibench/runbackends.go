@@ -23,6 +23,9 @@ func parseBackends(s string) (runBackends, error) {
 	for _, n := range cluster.ParseList(s) {
 		b, err := cluster.BackendNamed(n)
 		if err != nil {
+			if leftOut != "" && n != "lab" {
+				return nil, cluster.BadInput("%v; %s", err, leftOut)
+			}
 			return nil, err
 		}
 		if bs.named(n) != nil {

@@ -49,20 +49,96 @@ func assertMetrics(t *testing.T, got, want Metrics) {
 
 // The wanted values below are copied by hand from the files in testdata.
 
+// iperf3_tcp.json: -i 0.1 --get-server-output against a server run with -J -i 0.1. The wanted
+// throughput and sent rates are computed by hand from the file (python3, not the parser):
+//
+//	d = json.load(open("iperf3_tcp.json"))
+//	def rate(ivs):  # intervals starting at 0.1 s or later
+//	    k = [i["sum"] for i in ivs if i["sum"]["start"] >= 0.1]
+//	    return sum(x["bytes"] for x in k) * 8 / sum(x["seconds"] for x in k)
+//	rate(d["server_output_json"]["intervals"])  # 13520675036.927214 (19 of 20 intervals, 1.9003 s)
+//	rate(d["intervals"])                         # 13507535991.123327
+//
+// end.sum_received (whole test) is 13513864801.053783, the first server interval (0-0.100121 s)
+// 13384606051.36408: the first interval is left out.
 func TestParseIperf3TCP(t *testing.T) {
 	m, err := parse(t, "tcp", readTestdata(t, "iperf3_tcp.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	assertMetrics(t, m, Metrics{
-		"throughput_bps":      14419013642.35412,  // end.sum_received: the 2 s after the omitted one
-		"sent_bps":            14483651630.242083, // end.sum_sent
-		"retransmits":         6075,
-		"cpu_client_proc_pct": 54.16713015108815, // end.cpu_utilization_percent.host_total: one process
-		"cpu_server_proc_pct": 78.18633127255315,
-		"rtt_mean_us":         148,
+		"throughput_bps":      13520675036.927214, // the server's intervals from 0.1 s on
+		"sent_bps":            13507535991.123327, // the client's intervals from 0.1 s on
+		OmittedMetric:         100,
+		"retransmits":         0,                  // end.sum_sent
+		"cpu_client_proc_pct": 13.811273483933462, // end.cpu_utilization_percent.host_total: one process
+		"cpu_server_proc_pct": 76.33439077476497,
+		"rtt_mean_us":         120,
 		result.MsgSizeMetric:  131072, // start.test_start.blksize: iperf3's default TCP write
 	})
+	if got := m["throughput_bps"]; got == 13513864801.053783 {
+		t.Errorf("throughput_bps is end.sum_received (whole test), want the intervals after the omit")
+	}
+}
+
+// wholeTest checks that m holds iperf3_tcp.json's whole-test figures (end.sum_received,
+// end.sum_sent) and says that it omitted nothing.
+func wholeTest(t *testing.T, m Metrics) {
+	t.Helper()
+	for k, w := range map[string]float64{"throughput_bps": 13513864801.053783, "sent_bps": 13538200379.72747, OmittedMetric: 0} {
+		if g, ok := m[k]; !ok || g != w {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, w)
+		}
+	}
+}
+
+// A TCP output without the receiver's intervals falls back to the whole test's end.sum_*, and
+// says so (omitted_ms 0), for both rates. Two cases: a real recording against a server run
+// without -J (iperf3_tcp_textserver.json: its intervals come as server_output_text), and
+// iperf3_tcp.json with the server_output_json key removed here in the test (not in the file).
+func TestParseIperf3TCPFallback(t *testing.T) {
+	m, err := parse(t, "tcp", readTestdata(t, "iperf3_tcp_textserver.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertMetrics(t, m, Metrics{
+		"throughput_bps":      12248133177.869423, // end.sum_received
+		"sent_bps":            12265280338.637861, // end.sum_sent, not its intervals (12182384256.004017)
+		OmittedMetric:         0,
+		"retransmits":         5787,
+		"cpu_client_proc_pct": 33.7343339894195,
+		"cpu_server_proc_pct": 37.104196908548545,
+		"rtt_mean_us":         248,
+		result.MsgSizeMetric:  131072,
+	})
+
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(readTestdata(t, "iperf3_tcp.json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "server_output_json")
+	out, _ := json.Marshal(doc)
+	if m, err = parse(t, "tcp", out); err != nil {
+		t.Fatal(err)
+	}
+	wholeTest(t, m)
+
+	// Server intervals that all start before 0.1 s (a test too short): the fallback too.
+	var srv struct {
+		Intervals []json.RawMessage `json:"intervals"`
+	}
+	full := readTestdata(t, "iperf3_tcp.json")
+	var doc2 map[string]json.RawMessage
+	_ = json.Unmarshal(full, &doc2)
+	if err := json.Unmarshal(doc2["server_output_json"], &srv); err != nil {
+		t.Fatal(err)
+	}
+	doc2["server_output_json"], _ = json.Marshal(map[string]any{"intervals": srv.Intervals[:1]})
+	out, _ = json.Marshal(doc2)
+	if m, err = parse(t, "tcp", out); err != nil {
+		t.Fatal(err)
+	}
+	wholeTest(t, m)
 }
 
 func TestParseIperf3UDP(t *testing.T) {
@@ -217,9 +293,9 @@ func TestCommands(t *testing.T) {
 		want string
 	}{
 		{Spec{Protocol: "tcp", Target: "10.0.0.2", DurationS: 30},
-			"iperf3 -c 10.0.0.2 -p 5201 -t 30 -J -O 1 -N -Z -M 1448"},
+			"iperf3 -c 10.0.0.2 -p 5201 -t 30 -J -i 0.1 --get-server-output -N -Z -M 1448"},
 		{Spec{Protocol: "tcp", Target: "10.0.0.2", Port: 6000, DurationS: 5, MSS: 1400},
-			"iperf3 -c 10.0.0.2 -p 6000 -t 5 -J -O 1 -N -Z -M 1400"},
+			"iperf3 -c 10.0.0.2 -p 6000 -t 5 -J -i 0.1 --get-server-output -N -Z -M 1400"},
 		{Spec{Protocol: "udp", Target: "10.0.0.2", DurationS: 30, MSS: 9000},
 			"iperf3 -c 10.0.0.2 -p 5201 -t 30 -J -u -b 0 -l 1448"},
 		{Spec{Protocol: "udp", Target: "10.0.0.2", Port: 6000, UDPLen: 512},
@@ -253,8 +329,8 @@ func TestServerCommands(t *testing.T) {
 		port int
 		want string
 	}{
-		{iperf3{}, 0, "iperf3 -s -p 5201"},
-		{iperf3{}, 6000, "iperf3 -s -p 6000"},
+		{iperf3{}, 0, "iperf3 -s -J -i 0.1 -p 5201"},
+		{iperf3{}, 6000, "iperf3 -s -J -i 0.1 -p 6000"},
 		{netperf{}, 0, "netserver -D -p 12865"},
 		{netperf{}, 7000, "netserver -D -p 7000"},
 	} {

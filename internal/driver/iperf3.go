@@ -14,23 +14,47 @@ import (
 // iperf3 drives iperf3 (tested with 3.12) for the "tcp" and "udp" protocols.
 type iperf3 struct{}
 
-// TCPOmitS is the time a TCP trial runs before it measures (iperf3 -O): slow start is left
-// out of the figures, and the trial takes that much longer than its duration.
-const TCPOmitS = 1
+// TCPOmitS is the span at the start of a TCP trial that runs but is left out of its figures
+// (slow start). It lies INSIDE the trial's duration: iperf3 runs -t D without -O, both ends
+// report every TCPOmitS seconds (-i), and Parse drops the intervals that start before
+// TCPOmitS, so a trial of D seconds measures D - TCPOmitS and takes no longer than D.
+//
+// Evidence (by hand, lab flannel pods, inter node, 20 runs of iperf3 -t 3 -i 0.1, client
+// CPU 0, server CPU 1): the first 100 ms interval ran at 0.82 [0.71, 0.93] of the steady rate
+// (mean of 1.0-2.0 s), the second at 1.03 [0.96, 1.09]: the transient is over within the
+// first 100 ms. (Until 2026-12 the omit was iperf3 -O 1: one extra second per trial.)
+const TCPOmitS = 0.1
+
+// tcpIntervalS is iperf3's reporting interval (-i) in TCP trials, on both ends: the omitted
+// span is the first interval.
+const tcpIntervalS = TCPOmitS
 
 // OmitS is how long a trial of protocol runs before it measures: TCPOmitS for tcp, else 0.
-func OmitS(protocol string) int {
+// The span lies inside the trial's duration (it adds no wall time): a trial of D seconds
+// measures D - OmitS seconds.
+func OmitS(protocol string) float64 {
 	if protocol == "tcp" {
 		return TCPOmitS
 	}
 	return 0
 }
 
+// OmittedMetric says, per TCP trial, how many milliseconds at its start throughput_bps and
+// sent_bps leave out: TCPOmitS, or 0 when the output lacked the interval figures and the
+// figures are iperf3's whole-test end.sum_received/end.sum_sent (see Parse).
+const OmittedMetric = "omitted_ms"
+
 func (iperf3) Name() string { return "iperf3" }
 
+// ServerCommand runs the server with -J and -i tcpIntervalS: a TCP client's
+// --get-server-output then carries the server's (the receiver's) intervals as JSON
+// (server_output_json); without -J iperf3 3.12 sends them as text (server_output_text), and
+// the server reports every second whatever the client's -i.
 func (iperf3) ServerCommand(port int) []string {
-	return []string{"iperf3", "-s", "-p", strconv.Itoa(orDefault(port, ServerPort("iperf3")))}
+	return []string{"iperf3", "-s", "-J", "-i", fmtSeconds(tcpIntervalS), "-p", strconv.Itoa(orDefault(port, ServerPort("iperf3")))}
 }
+
+func fmtSeconds(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
 
 func (iperf3) Command(s Spec) []string {
 	argv := []string{"iperf3", "-c", s.Target,
@@ -41,8 +65,11 @@ func (iperf3) Command(s Spec) []string {
 	}
 	switch s.Protocol {
 	case "tcp":
-		// -O: the first second (slow start) runs but is left out of the figures.
-		argv = append(argv, "-O", strconv.Itoa(TCPOmitS), "-N", "-Z", "-M", strconv.Itoa(orDefault(s.MSS, DefaultLen)))
+		// No -O: the first TCPOmitS seconds (slow start) are dropped from the intervals by
+		// Parse, inside the duration. -i: intervals of tcpIntervalS; --get-server-output: the
+		// receiver's intervals (the server's, run with -J -i by ServerCommand).
+		argv = append(argv, "-i", fmtSeconds(tcpIntervalS), "--get-server-output",
+			"-N", "-Z", "-M", strconv.Itoa(orDefault(s.MSS, DefaultLen)))
 		if s.MsgSize > 0 {
 			argv = append(argv, "-l", strconv.Itoa(s.MsgSize))
 		}
@@ -66,8 +93,24 @@ type iperfSum struct {
 	LostPercent   float64  `json:"lost_percent"`
 }
 
+// iperfInterval is one of the intervals[] of iperf3 -J output; sum totals its streams (with
+// -P as with one stream).
+type iperfInterval struct {
+	Sum *struct {
+		Start   float64 `json:"start"`
+		Seconds float64 `json:"seconds"`
+		Bytes   float64 `json:"bytes"`
+		Omitted bool    `json:"omitted"`
+	} `json:"sum"`
+}
+
 type iperfOutput struct {
-	Error string `json:"error"`
+	Error     string          `json:"error"`
+	Intervals []iperfInterval `json:"intervals"`
+	// Server is the server's own -J output (--get-server-output, server run with -J).
+	Server *struct {
+		Intervals []iperfInterval `json:"intervals"`
+	} `json:"server_output_json"`
 	Start struct {
 		TestStart struct {
 			Protocol   string `json:"protocol"`
@@ -130,8 +173,29 @@ func (iperf3) Parse(out []byte, s Spec) (Metrics, error) {
 		if sent == nil || recv == nil {
 			return nil, errors.New("iperf3: output lacks end.sum_sent/end.sum_received")
 		}
-		m["throughput_bps"] = recv.BitsPerSecond
-		m["sent_bps"] = sent.BitsPerSecond
+		// throughput_bps: what the receiver (server) counted in its intervals from TCPOmitS on;
+		// sent_bps likewise from the sender's (client's) own intervals, so that both cover the
+		// same span. Without both (a server not run with -J -i, an older iperf3, a test too
+		// short for an interval after TCPOmitS) both are iperf3's whole-test end.sum_received
+		// and end.sum_sent, slow start included, and omitted_ms says 0: never a mix.
+		var srv []iperfInterval
+		if r.Server != nil {
+			srv = r.Server.Intervals
+		}
+		rb, rs := afterOmit(srv)
+		sb, ss := afterOmit(r.Intervals)
+		if rs > 0 && ss > 0 {
+			m["throughput_bps"] = rb * 8 / rs
+			m["sent_bps"] = sb * 8 / ss
+			m[OmittedMetric] = TCPOmitS * 1000
+		} else {
+			m["throughput_bps"] = recv.BitsPerSecond
+			m["sent_bps"] = sent.BitsPerSecond
+			m[OmittedMetric] = 0
+		}
+		// retransmits, rtt_mean_us and the CPU figures are iperf3's end.*: the whole trial,
+		// slow start included (with -O 1 they left the omitted second out). On the lab's
+		// flannel pods a third to a half of a 1 s trial's retransmits fell in its first 0.1 s.
 		if sent.Retransmits != nil {
 			m["retransmits"] = *sent.Retransmits
 		}
@@ -178,4 +242,17 @@ func (iperf3) Parse(out []byte, s Spec) (Metrics, error) {
 		return nil, fmt.Errorf("iperf3: unsupported protocol %q", s.Protocol)
 	}
 	return m, nil
+}
+
+// afterOmit sums the bytes and seconds of the intervals that start at TCPOmitS or later (and
+// that iperf3 did not mark omitted). An interval's start lags its tick by microseconds (the
+// second starts at 0.1000x s); half an interval of slack keeps a tick that came a hair early.
+func afterOmit(ivs []iperfInterval) (bytes, seconds float64) {
+	for _, iv := range ivs {
+		if s := iv.Sum; s != nil && !s.Omitted && s.Start >= TCPOmitS-tcpIntervalS/2 {
+			bytes += s.Bytes
+			seconds += s.Seconds
+		}
+	}
+	return bytes, seconds
 }

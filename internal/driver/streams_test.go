@@ -38,12 +38,17 @@ func TestIperf3StreamsAndMsgSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertMetrics(t, m, Metrics{
-		"throughput_bps":      8939370540.429886, // end.sum_received: the four streams' sum
-		"sent_bps":            8915787266.65457,
-		"retransmits":         0,
-		"rtt_mean_us":         (27 + 53 + 47 + 34) / 4.0, // the streams' sender mean_rtt
-		"cpu_client_proc_pct": 44.74516061454142,
-		"cpu_server_proc_pct": 95.05103176687496,
+		// The server's intervals from 0.1 s on, each interval's "sum" (with -P 4 each server
+		// interval has one; its bytes equal its four streams' bytes in all 20 intervals; by
+		// hand as in TestParseIperf3TCP: 2308685824 bytes over 1.8998170047998428 s, 19 of 20
+		// intervals; end.sum_received, the whole test, is 9728786648.274263).
+		"throughput_bps":      9721718747.298965,
+		"sent_bps":            9719982650.48722, // the client's intervals from 0.1 s on
+		OmittedMetric:         100,
+		"retransmits":         98,
+		"rtt_mean_us":         (50 + 75 + 72 + 54) / 4.0, // the streams' sender mean_rtt
+		"cpu_client_proc_pct": 16.187822114099156,
+		"cpu_server_proc_pct": 81.824472356131,
 		result.MsgSizeMetric:  8192, // start.test_start.blksize
 	})
 	if _, err := d.Parse(readTestdata(t, "iperf3_tcp_p4_l8192.json"), Spec{Protocol: "tcp", Streams: 2}); err == nil ||

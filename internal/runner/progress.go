@@ -31,8 +31,8 @@ type Progress struct {
 	trials    int     // trials planned
 	ran       int     // trials run
 	warmups   int     // warm-up trials run
-	measured  float64 // seconds the trials run (warm-ups included) measured: their durations
-	omitted   float64 // seconds they ran before they measured (driver.OmitS)
+	measured  float64 // seconds the trials run (warm-ups included) measured: their durations less driver.OmitS
+	omitted   float64 // seconds they ran inside their durations before they measured (driver.OmitS)
 	setupLeft int     // cases with trials to run not yet set up
 	setups    int     // set-ups done
 	setupWall float64 // their wall time, s
@@ -44,8 +44,8 @@ type Progress struct {
 // NewProgress writes to w; tty selects the live line.
 func NewProgress(w io.Writer, tty bool) *Progress { return &Progress{w: w, tty: tty} }
 
-// trialSeconds is how long one trial of c takes, about: its duration, and the second of slow
-// start iperf3 runs before a TCP trial and leaves out. (A TCP_CRR trial's server may wait
+// trialSeconds is how long one trial of c takes, about: its duration (the slow start a TCP
+// trial leaves out, driver.OmitS, lies inside it). (A TCP_CRR trial's server may wait
 // driver.PadTime past it where the backend cannot end that wait: the ETA learns it from the
 // trials run.)
 func trialSeconds(c result.CaseSpec, d int) float64 {
@@ -55,7 +55,7 @@ func trialSeconds(c result.CaseSpec, d int) float64 {
 	if sc, err := scenario.Get(c.Case.Scenario); err == nil && sc.Info().TrialSeconds != nil {
 		return sc.Info().TrialSeconds(c.Case, d)
 	}
-	return float64(d + driver.OmitS(c.Case.Protocol))
+	return float64(d)
 }
 
 // Begin announces the cases and what is left of them.
@@ -113,8 +113,8 @@ func (p *Progress) WarmupDone(c result.CaseSpec, tr result.Trial, took time.Dura
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.warmups++
-	p.measured += tr.DurationS
-	p.omitted += float64(driver.OmitS(c.Case.Protocol))
+	p.measured += tr.DurationS - driver.OmitS(c.Case.Protocol)
+	p.omitted += driver.OmitS(c.Case.Protocol)
 	p.spent += trialSeconds(c, c.Warmup)
 	p.trialWall += took.Seconds()
 }
@@ -124,8 +124,8 @@ func (p *Progress) TrialDone(c result.CaseSpec, t, target int, tr result.Trial, 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ran++
-	p.measured += tr.DurationS
-	p.omitted += float64(driver.OmitS(c.Case.Protocol))
+	p.measured += tr.DurationS - driver.OmitS(c.Case.Protocol)
+	p.omitted += driver.OmitS(c.Case.Protocol)
 	if !again {
 		// A trial that runs again leaves the work as it was: its wall time slows the pace.
 		p.spent += trialSeconds(c, c.Duration)
@@ -165,9 +165,10 @@ func (p *Progress) End() {
 	}
 	line += ")"
 	if n := p.ran + p.warmups; n > 0 && p.measured > 0 {
-		line += fmt.Sprintf(": %.0f s measured, %.2f s of fixed cost per trial (wall time less measured time, per trial", p.measured, (wall-p.measured)/float64(n))
+		line += fmt.Sprintf(": %.1f s measured, %.2f s of fixed cost per trial (wall time less measured time, per trial", p.measured, (wall-p.measured)/float64(n))
 		if p.omitted > 0 {
-			line += fmt.Sprintf("; %.2f s besides the %.0f s the tools ran before they measured (iperf3's omitted slow start)", (wall-p.measured-p.omitted)/float64(n), p.omitted)
+			// The omitted spans ran inside the trials' durations: wall time, not measured.
+			line += fmt.Sprintf("; %.2f s besides the %.1f s the tools ran inside their durations before they measured (iperf3's omitted slow start)", (wall-p.measured-p.omitted)/float64(n), p.omitted)
 		}
 		line += ")"
 	}

@@ -31,7 +31,7 @@ func TestStreamsIperf3RunsOneClient(t *testing.T) {
 	if n := countExecs(fc, "client", "iperf3"); n != 1 {
 		t.Errorf("%d iperf3 runs, want 1", n)
 	}
-	if m.Metrics["throughput_bps"] != 8939370540.429886 || m.Metrics[result.MsgSizeMetric] != 8192 {
+	if m.Metrics["throughput_bps"] != 9721718747.298965 || m.Metrics[result.MsgSizeMetric] != 8192 {
 		t.Errorf("metrics %v: want the 4-stream recording's sum and its block size", m.Metrics)
 	}
 	closeEmpty(t, fc, f)

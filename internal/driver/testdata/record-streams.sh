@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")"
 IP=127.0.0.1 IPORT=45211 NPORT=42875 DPORT=42910
 
-iperf3 -s -p $IPORT >/dev/null 2>&1 & IPID=$!
+iperf3 -s -J -i 0.1 -p $IPORT >/dev/null 2>&1 & IPID=$!
 netserver -D -p $NPORT >/dev/null 2>&1 & NPID=$!
 trap 'kill $IPID $NPID 2>/dev/null' EXIT
 sleep 1
@@ -19,7 +19,7 @@ SEL=THROUGHPUT,THROUGHPUT_UNITS,TRANSACTION_RATE,MIN_LATENCY,MEAN_LATENCY,P50_LA
 	echo "kernel:  $(uname -srm)"
 	echo "iperf3:  $(iperf3 --version | head -n1)"
 	echo "netperf: $(netperf -V | head -n1)"
-	echo "servers: iperf3 -s -p $IPORT ; netserver -D -p $NPORT"
+	echo "servers: iperf3 -s -J -i 0.1 -p $IPORT ; netserver -D -p $NPORT"
 	echo "netperf_*_x3_N.txt: three instances started together (background), N = 0, 1, 2."
 	echo
 } >README-streams.txt
@@ -29,7 +29,7 @@ run() { # file, argv...
 	"$@" >"$f" 2>&1
 	echo "$f (exit $?): $*" >>README-streams.txt
 }
-run iperf3_tcp_p4_l8192.json iperf3 -c $IP -p $IPORT -t 2 -J -P 4 -O 1 -N -Z -M 1448 -l 8192
+run iperf3_tcp_p4_l8192.json iperf3 -c $IP -p $IPORT -t 2 -J -P 4 -i 0.1 --get-server-output -N -Z -M 1448 -l 8192
 run iperf3_udp_p2_l512.json iperf3 -c $IP -p $IPORT -t 2 -J -P 2 -u -b 0 -l 512
 
 together() { # name, test, sizes

@@ -4,11 +4,15 @@
 # Servers are started on fixed high ports and stopped by PID.
 set -u
 cd "$(dirname "$0")"
-IP=127.0.0.1 IPORT=45201 NPORT=42865 DPORT=42900 DEAD=42999
+IP=127.0.0.1 IPORT=45201 NPORT=42865 DPORT=42900 DEAD=42999 TPORT=45202
 
-iperf3 -s -p $IPORT >/dev/null 2>&1 & IPID=$!
+# The iperf3 server as driver.ServerCommand runs it (-J -i 0.1: its intervals reach a TCP
+# client's --get-server-output as JSON); on TPORT one without -J (its intervals come as text:
+# the parser's fallback to end.sum_*).
+iperf3 -s -J -i 0.1 -p $IPORT >/dev/null 2>&1 & IPID=$!
+iperf3 -s -p $TPORT >/dev/null 2>&1 & TPID=$!
 netserver -D -p $NPORT >/dev/null 2>&1 & NPID=$!
-trap 'kill $IPID $NPID 2>/dev/null' EXIT
+trap 'kill $IPID $TPID $NPID 2>/dev/null' EXIT
 sleep 1
 
 SEL=THROUGHPUT,THROUGHPUT_UNITS,TRANSACTION_RATE,MIN_LATENCY,MEAN_LATENCY,P50_LATENCY,P90_LATENCY,P99_LATENCY,MAX_LATENCY,LOCAL_CPU_UTIL,REMOTE_CPU_UTIL
@@ -25,7 +29,7 @@ run() { # file, argv...
 	echo "kernel:  $(uname -srm)"
 	echo "iperf3:  $(iperf3 --version | head -n1)"
 	echo "netperf: $(netperf -V | head -n1)"
-	echo "servers: iperf3 -s -p $IPORT ; netserver -D -p $NPORT"
+	echo "servers: iperf3 -s -J -i 0.1 -p $IPORT ; iperf3 -s -p $TPORT ; netserver -D -p $NPORT"
 	echo "Notes: iperf3 3.12 exits 0 even when -J reports an \"error\"."
 	echo "  iperf3 UDP: end.sum_received is the receiver side; end.sum mixes the sender's"
 	echo "  bytes/rate with the receiver's loss/jitter. netperf TCP_CRR runs ~4 s (PAD_TIME)"
@@ -34,7 +38,8 @@ run() { # file, argv...
 	echo
 } >README.txt
 
-run iperf3_tcp.json iperf3 -c $IP -p $IPORT -t 2 -O 1 -J -N -Z -M 1448
+run iperf3_tcp.json iperf3 -c $IP -p $IPORT -t 2 -J -i 0.1 --get-server-output -N -Z -M 1448
+run iperf3_tcp_textserver.json iperf3 -c $IP -p $TPORT -t 2 -J -i 0.1 --get-server-output -N -Z -M 1448
 run iperf3_udp.json iperf3 -c $IP -p $IPORT -t 2 -J -u -b 0 -l 1448
 run iperf3_refused.json iperf3 -c $IP -p $DEAD -t 2 -J -N -Z -M 1448
 run netperf_tcp_rr.txt netperf -H $IP -p $NPORT -t TCP_RR -l 2 -j -c -C -- -k $SEL

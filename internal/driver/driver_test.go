@@ -387,3 +387,33 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// Retransmits cover the span the rates cover: those of the client's intervals from 0.1 s on.
+// The loopback recordings have none in their first interval, so here the test gives
+// iperf3_tcp_p4_l8192.json's first client interval 7 (and its end.sum_sent 7 more, as iperf3
+// would count them): the figure stays the 98 of the later intervals.
+func TestParseIperf3TCPRetransmitsAfterOmit(t *testing.T) {
+	var doc map[string]any
+	if err := json.Unmarshal(readTestdata(t, "iperf3_tcp_p4_l8192.json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	first := doc["intervals"].([]any)[0].(map[string]any)["sum"].(map[string]any)
+	first["retransmits"] = first["retransmits"].(float64) + 7
+	sent := doc["end"].(map[string]any)["sum_sent"].(map[string]any)
+	sent["retransmits"] = sent["retransmits"].(float64) + 7
+	out, _ := json.Marshal(doc)
+	d, _ := For("tcp")
+	m, err := d.Parse(out, Spec{Protocol: "tcp", Streams: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["retransmits"] != 98 || m[OmittedMetric] != 100 {
+		t.Errorf("retransmits %v (omitted_ms %v), want 98: the first 0.1 s left out", m["retransmits"], m[OmittedMetric])
+	}
+	// On the whole-test fallback they are end.sum_sent's, like the rates.
+	delete(doc, "server_output_json")
+	out, _ = json.Marshal(doc)
+	if m, err = d.Parse(out, Spec{Protocol: "tcp", Streams: 4}); err != nil || m["retransmits"] != 105 {
+		t.Errorf("fallback: retransmits %v (err %v), want end.sum_sent's 105", m["retransmits"], err)
+	}
+}

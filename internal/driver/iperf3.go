@@ -101,6 +101,8 @@ type iperfInterval struct {
 		Seconds float64 `json:"seconds"`
 		Bytes   float64 `json:"bytes"`
 		Omitted bool    `json:"omitted"`
+		// Retransmits: the sender's (client's) intervals of a TCP test only.
+		Retransmits *float64 `json:"retransmits"`
 	} `json:"sum"`
 }
 
@@ -183,22 +185,26 @@ func (iperf3) Parse(out []byte, s Spec) (Metrics, error) {
 			srv = r.Server.Intervals
 		}
 		rb, rs := afterOmit(srv)
-		sb, ss := afterOmit(r.Intervals)
+		sb, ss, retr, retrOK := afterOmitRetr(r.Intervals)
 		if rs > 0 && ss > 0 {
 			m["throughput_bps"] = rb * 8 / rs
 			m["sent_bps"] = sb * 8 / ss
 			m[OmittedMetric] = TCPOmitS * 1000
+			// retransmits over the same span: on the lab's flannel pods a third to a half
+			// of a 1 s trial's retransmits fell in its first 0.1 s.
+			if retrOK {
+				m["retransmits"] = retr
+			}
 		} else {
 			m["throughput_bps"] = recv.BitsPerSecond
 			m["sent_bps"] = sent.BitsPerSecond
 			m[OmittedMetric] = 0
+			if sent.Retransmits != nil {
+				m["retransmits"] = *sent.Retransmits
+			}
 		}
-		// retransmits, rtt_mean_us and the CPU figures are iperf3's end.*: the whole trial,
-		// slow start included (with -O 1 they left the omitted second out). On the lab's
-		// flannel pods a third to a half of a 1 s trial's retransmits fell in its first 0.1 s.
-		if sent.Retransmits != nil {
-			m["retransmits"] = *sent.Retransmits
-		}
+		// rtt_mean_us and the CPU figures are iperf3's end.*: the whole trial, slow start
+		// included (iperf3 gives them per test only).
 		var rtt float64
 		var n int
 		for _, st := range r.End.Streams {
@@ -248,11 +254,24 @@ func (iperf3) Parse(out []byte, s Spec) (Metrics, error) {
 // that iperf3 did not mark omitted). An interval's start lags its tick by microseconds (the
 // second starts at 0.1000x s); half an interval of slack keeps a tick that came a hair early.
 func afterOmit(ivs []iperfInterval) (bytes, seconds float64) {
+	bytes, seconds, _, _ = afterOmitRetr(ivs)
+	return bytes, seconds
+}
+
+// afterOmitRetr is afterOmit with the retransmits those intervals count (ok: every one of
+// them has the field, as a TCP sender's do).
+func afterOmitRetr(ivs []iperfInterval) (bytes, seconds, retr float64, ok bool) {
+	ok = true
 	for _, iv := range ivs {
 		if s := iv.Sum; s != nil && !s.Omitted && s.Start >= TCPOmitS-tcpIntervalS/2 {
 			bytes += s.Bytes
 			seconds += s.Seconds
+			if s.Retransmits == nil {
+				ok = false
+			} else {
+				retr += *s.Retransmits
+			}
 		}
 	}
-	return bytes, seconds
+	return bytes, seconds, retr, ok && seconds > 0
 }

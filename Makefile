@@ -59,13 +59,11 @@ bpf-check:
 	bash scripts/bpf-gen.sh --check
 
 # The whole suite, the real-cluster tests included (CNIBENCH_KUBE_E2E=1 makes a missing
-# Kubernetes binary a failure instead of a skip): scripts/test.sh builds the cluster's binaries
-# in the background while the other packages run, then runs the cluster's package.
-test: build vet fmt-check test-deps bpf-check
-	@# Labs a killed earlier run left (owner gone) would fail the leftover checks of this one;
-	@# test clusters a killed run left are taken down by the next cluster's start.
-	$(BIN) lab clean
-	GO=$(GO) bash scripts/test.sh
+# Kubernetes binary a failure instead of a skip): scripts/test.sh starts building the cluster's
+# binaries in the background first, then installs, builds, vets and checks (build vet fmt-check
+# test-deps bpf-check) and runs the other packages, then the cluster's package.
+test:
+	GO=$(GO) MAKE=$(MAKE) bash scripts/test.sh
 	$(MAKE) --no-print-directory check-leftovers
 
 # The suite ends by checking that no test object (prefix cnbt / cnbe2e / cnbdoc) is left on the host.

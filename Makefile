@@ -63,7 +63,7 @@ bpf-check:
 # binaries in the background first, then installs, builds, vets and checks (build vet fmt-check
 # test-deps bpf-check) and runs the other packages, then the cluster's package.
 test:
-	GO=$(GO) MAKE=$(MAKE) bash scripts/test.sh
+	GO=$(GO) bash scripts/test.sh
 	$(MAKE) --no-print-directory check-leftovers
 
 # The suite ends by checking that no test object (prefix cnbt / cnbe2e / cnbdoc) is left on the host.

@@ -20,7 +20,7 @@ trap 'kill -- -"$build" 2>/dev/null || true' EXIT
 # build, vet, gofmt and the committed eBPF objects' check; then labs a killed earlier run left
 # (owner gone), which would fail this run's leftover checks (test clusters a killed run left
 # are taken down by the next cluster's start).
-${MAKE:-make} --no-print-directory build vet fmt-check test-deps bpf-check
+make --no-print-directory build vet fmt-check test-deps bpf-check
 ./bin/cnibench lab clean
 
 export CNIBENCH_KUBE_E2E=1 CNIBENCH_REQUIRE_TOOLS=1

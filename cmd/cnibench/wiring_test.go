@@ -12,11 +12,12 @@ import (
 
 // The CLI reaches the backends through cluster's registry (run, resume, plans) and the lab's
 // engines through dataplane's registries (list, the plan's valid names). Only the wiring files
-// name a backend package: backends.go links them in, labcmd.go and kubecmd.go are each
+// name a backend package: backends.go and backends_kube.go (left out of the labonly build)
+// link them in, labcmd.go and kubecmd.go are each
 // backend's own housekeeping commands. A new file that imports a backend would put backend
 // knowledge back into cmd.
 func TestOnlyWiringFilesImportBackends(t *testing.T) {
-	wiring := []string{"backends.go", "labcmd.go", "kubecmd.go"}
+	wiring := []string{"backends.go", "backends_kube.go", "labcmd.go", "kubecmd.go"}
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)

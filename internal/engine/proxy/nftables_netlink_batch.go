@@ -1,0 +1,311 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// The user data attributes of tables and chains (linux/netfilter/nf_tables.h), which
+// golang.org/x/sys/unix lacks.
+const (
+	nftaTableUserdata = 6
+	nftaChainUserdata = 12
+)
+
+// nftMsg is the netlink message type of an nf_tables command.
+func nftMsg(cmd int) netlink.HeaderType {
+	return netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | cmd)
+}
+
+// nftMsgData is a message body: the nfgenmsg header (family ip) and the attributes.
+func nftMsgData(attrs []netlink.Attribute) ([]byte, error) {
+	b, err := netlink.MarshalAttributes(attrs)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{unix.NFPROTO_IPV4, unix.NFNETLINK_V0, 0, 0}, b...), nil
+}
+
+// addTable translates `add table ip kube-proxy [{ comment "C" ; }]`: the comment is the
+// table's user data, as nft writes it (github.com/google/nftables has no table comment).
+func (b *nlBatch) addTable(rest []string) error {
+	attrs := []netlink.Attribute{
+		{Type: unix.NFTA_TABLE_NAME, Data: []byte(NFTable + "\x00")},
+		{Type: unix.NFTA_TABLE_FLAGS, Data: make([]byte, 4)},
+	}
+	if len(rest) > 0 {
+		body, err := braced(rest)
+		if err != nil {
+			return err
+		}
+		if len(body) != 3 || body[0] != "comment" || body[2] != ";" {
+			return fmt.Errorf("table spec %q", strings.Join(body, " "))
+		}
+		c, err := strconv.Unquote(body[1])
+		if err != nil {
+			return err
+		}
+		attrs = append(attrs, netlink.Attribute{Type: nftaTableUserdata, Data: userdata.AppendString(nil, userdata.TypeComment, c)})
+	}
+	data, err := nftMsgData(attrs)
+	if err != nil {
+		return err
+	}
+	b.raw(netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_NEWTABLE), Flags: netlink.Request | netlink.Create}, Data: data})
+	return nil
+}
+
+// nftHooks are the hooks of the base chains (family ip).
+var nftHooks = map[string]uint32{"prerouting": unix.NF_INET_PRE_ROUTING, "input": unix.NF_INET_LOCAL_IN,
+	"forward": unix.NF_INET_FORWARD, "output": unix.NF_INET_LOCAL_OUT, "postrouting": unix.NF_INET_POST_ROUTING}
+
+// addChainSpec translates `add chain ip kube-proxy NAME { type T hook H priority P ; }` and
+// `add chain ip kube-proxy NAME { comment "C" ; }` (a chain's comment is its user data).
+func (b *nlBatch) addChainSpec(name string, rest []string) error {
+	body, err := braced(rest)
+	if err != nil {
+		return err
+	}
+	attrs := []netlink.Attribute{
+		{Type: unix.NFTA_CHAIN_TABLE, Data: []byte(NFTable + "\x00")},
+		{Type: unix.NFTA_CHAIN_NAME, Data: []byte(name + "\x00")},
+	}
+	switch {
+	case len(body) == 7 && body[0] == "type" && body[2] == "hook" && body[4] == "priority" && body[6] == ";":
+		hook, ok := nftHooks[body[3]]
+		prio, err := strconv.ParseInt(body[5], 10, 32)
+		if !ok || err != nil || (body[1] != "filter" && body[1] != "nat") {
+			return fmt.Errorf("base chain spec %q", strings.Join(body, " "))
+		}
+		h, err := netlink.MarshalAttributes([]netlink.Attribute{
+			{Type: unix.NFTA_HOOK_HOOKNUM, Data: binaryutil.BigEndian.PutUint32(hook)},
+			{Type: unix.NFTA_HOOK_PRIORITY, Data: binaryutil.BigEndian.PutUint32(uint32(int32(prio)))},
+		})
+		if err != nil {
+			return err
+		}
+		attrs = append(attrs, netlink.Attribute{Type: unix.NLA_F_NESTED | unix.NFTA_CHAIN_HOOK, Data: h},
+			netlink.Attribute{Type: unix.NFTA_CHAIN_TYPE, Data: []byte(body[1] + "\x00")})
+	case len(body) == 3 && body[0] == "comment" && body[2] == ";":
+		c, err := strconv.Unquote(body[1])
+		if err != nil {
+			return err
+		}
+		attrs = append(attrs, netlink.Attribute{Type: nftaChainUserdata, Data: userdata.AppendString(nil, userdata.TypeComment, c)})
+	default:
+		return fmt.Errorf("chain spec %q", strings.Join(body, " "))
+	}
+	data, err := nftMsgData(attrs)
+	if err != nil {
+		return err
+	}
+	b.raw(netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_NEWCHAIN), Flags: netlink.Request | netlink.Create}, Data: data})
+	return nil
+}
+
+// nftKeyTypes are the key types of the sets and maps, as nftables.SetDatatype.
+var nftKeyTypes = map[string]nftables.SetDatatype{"ipv4_addr": nftables.TypeIPAddr, "inet_proto": nftables.TypeInetProto, "inet_service": nftables.TypeInetService}
+
+// addSetDecl translates the declaration of one of the table's sets or maps without elements
+// (what a full rendering writes: `add set|map ip kube-proxy NAME { <nftSetDecls body> }`).
+func (b *nlBatch) addSetDecl(name string, rest []string) error {
+	set, err := nlSet(b.t, name)
+	if err != nil {
+		return err
+	}
+	body, err := braced(rest)
+	if err != nil {
+		return err
+	}
+	if decl := strings.Join(body, " "); decl != strings.Join(mustTokens(nftSetDecls[set.el].body), " ") {
+		return fmt.Errorf("declaration %q is not the set's", decl)
+	}
+	var types []nftables.SetDatatype
+	for _, f := range set.fields {
+		types = append(types, nftKeyTypes[f])
+	}
+	key := types[0]
+	if len(types) > 1 {
+		if key, err = nftables.ConcatSetType(types...); err != nil {
+			return err
+		}
+	}
+	d := nftSetDecls[set.el].body
+	comment, err := strconv.Unquote(strings.TrimSuffix(strings.TrimSpace(d[strings.Index(d, `comment "`)+len("comment "):]), " ;"))
+	if err != nil {
+		return err
+	}
+	// The user data is nft's (libnftnl's NFTNL_UDATA_SET_*): the key's byte order (big
+	// endian for an address, none for a concatenation), and for a verdict map the data's
+	// byte order, a record of the data's type (verdict) and that it is no interval; then
+	// the comment. github.com/google/nftables writes other flags and data for these (a
+	// concatenation flag and field lengths, no data type record); TestNFTNetlinkFullObjectsAsNft
+	// compares every attribute with nft's.
+	var ud []byte
+	flags := uint32(0)
+	if len(types) == 1 {
+		ud = userdata.AppendUint32(ud, userdata.NFTNL_UDATA_SET_KEYBYTEORDER, 2)
+	} else {
+		ud = userdata.AppendUint32(ud, userdata.NFTNL_UDATA_SET_KEYBYTEORDER, 0)
+	}
+	attrs := []netlink.Attribute{
+		{Type: unix.NFTA_SET_TABLE, Data: []byte(NFTable + "\x00")},
+		{Type: unix.NFTA_SET_NAME, Data: []byte(name + "\x00")},
+		{Type: unix.NFTA_SET_KEY_TYPE, Data: binaryutil.BigEndian.PutUint32(key.GetNFTMagic())},
+		{Type: unix.NFTA_SET_KEY_LEN, Data: binaryutil.BigEndian.PutUint32(key.Bytes)},
+		{Type: unix.NFTA_SET_ID, Data: binaryutil.BigEndian.PutUint32(uint32(set.el + 1))},
+	}
+	if set.s.IsMap {
+		flags |= unix.NFT_SET_MAP
+		attrs = append(attrs, netlink.Attribute{Type: unix.NFTA_SET_DATA_TYPE, Data: binaryutil.BigEndian.PutUint32(unix.NFT_DATA_VERDICT)},
+			netlink.Attribute{Type: unix.NFTA_SET_DATA_LEN, Data: binaryutil.BigEndian.PutUint32(16)})
+		ud = userdata.AppendUint32(ud, userdata.NFTNL_UDATA_SET_DATABYTEORDER, 0)
+		ud = userdata.Append(ud, userdata.NFTNL_UDATA_SET_KEY_TYPEOF, []byte{0, 4, 13, 0, 0, 0, 1, 0})
+		ud = userdata.AppendUint32(ud, userdata.NFTNL_UDATA_SET_DATA_INTERVAL, 0)
+	}
+	ud = userdata.AppendString(ud, userdata.NFTNL_UDATA_SET_COMMENT, comment)
+	attrs = append(attrs, netlink.Attribute{Type: unix.NFTA_SET_FLAGS, Data: binaryutil.BigEndian.PutUint32(flags)},
+		netlink.Attribute{Type: unix.NFTA_SET_USERDATA, Data: ud})
+	data, err := nftMsgData(attrs)
+	if err != nil {
+		return err
+	}
+	b.raw(netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_NEWSET), Flags: netlink.Request | netlink.Create}, Data: data})
+	return nil
+}
+
+// messages marshals the batch's operations: github.com/google/nftables writes its messages
+// into a connection that only records them (nltest), ours are taken as they are.
+func (b *nlBatch) messages() ([]netlink.Message, error) {
+	var out []netlink.Message
+	rec := func(req []netlink.Message) ([]netlink.Message, error) {
+		if req == nil { // Flush waiting for an ack
+			return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 20)}}, nil
+		}
+		for _, m := range req {
+			if t := m.Header.Type; t != unix.NFNL_MSG_BATCH_BEGIN && t != unix.NFNL_MSG_BATCH_END {
+				out = append(out, m)
+			}
+		}
+		return nil, nil
+	}
+	c, err := nftables.New(nftables.WithTestDial(rec))
+	if err != nil {
+		return nil, err
+	}
+	pending := false
+	flush := func() error {
+		if !pending {
+			return nil
+		}
+		pending = false
+		return c.Flush()
+	}
+	for _, op := range b.ops {
+		if op.raw != nil {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			out = append(out, *op.raw)
+			continue
+		}
+		if err := op.f(c); err != nil {
+			return nil, err
+		}
+		pending = true
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// nlSendBatch sends msgs to nf_tables in the network namespace at nsPath as one transaction,
+// the way nft does: BATCH_BEGIN, the messages, BATCH_END in ONE sendmsg (the kernel runs a
+// batch from a single buffer: one that ends before BATCH_END is aborted, so a transaction
+// cannot be spread over several sendmsg calls), with the socket's send buffer raised to the
+// batch's size (SO_SNDBUFFORCE; nft 1.0.6 sends a 10,000-Service table as one 14 MB
+// sendmsg). No message asks for an ack or an echo but the last: the kernel answers only
+// errors and that ack, after the commit, so the replies stay small whatever the batch's size.
+// A failed commit is acked with its error on the batch's first message.
+func nlSendBatch(nsPath string, msgs []netlink.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	f, err := os.Open(nsPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	conn, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(f.Fd())})
+	if err != nil {
+		return fmt.Errorf("nftables netlink in %s: %w", nsPath, err)
+	}
+	defer conn.Close()
+	_ = conn.SetOption(netlink.ExtendedAcknowledge, true)
+	_ = conn.SetOption(netlink.CapAcknowledge, true) // errors without a copy of the message
+	size := 2 * nlmsgAlign(16+4)
+	batch := make([]netlink.Message, 0, len(msgs)+2)
+	begin := netlink.Message{Header: netlink.Header{Type: unix.NFNL_MSG_BATCH_BEGIN, Flags: netlink.Request},
+		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}}
+	batch = append(batch, begin)
+	for i, m := range msgs {
+		m.Header.Flags &^= netlink.Acknowledge | netlink.Echo
+		if i == len(msgs)-1 {
+			m.Header.Flags |= netlink.Acknowledge
+		}
+		m.Header.Sequence, m.Header.PID, m.Header.Length = 0, 0, 0
+		batch = append(batch, m)
+		size += nlmsgAlign(16 + len(m.Data))
+	}
+	end := begin
+	end.Header.Type = unix.NFNL_MSG_BATCH_END
+	batch = append(batch, end)
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, max(size+(64<<10), 256<<10))
+	}); err != nil || serr != nil {
+		return fmt.Errorf("nftables netlink: send buffer of %d bytes: %v %v", size, err, serr)
+	}
+	sent, err := conn.SendMessages(batch)
+	if err != nil {
+		return fmt.Errorf("nftables netlink transaction in %s: %w", nsPath, err)
+	}
+	last := sent[len(sent)-2].Header.Sequence
+	// The kernel has run the batch when sendmsg returns: the replies are already queued.
+	if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		return err
+	}
+	for {
+		replies, err := conn.Receive()
+		if err != nil {
+			var op *netlink.OpError
+			if errors.As(err, &op) && errors.Is(op.Err, syscall.EAGAIN) {
+				return fmt.Errorf("nftables netlink transaction in %s: no ack", nsPath)
+			}
+			return fmt.Errorf("nftables netlink transaction in %s: %w", nsPath, err)
+		}
+		for _, r := range replies {
+			if r.Header.Type == netlink.Error && r.Header.Sequence == last {
+				return nil
+			}
+		}
+	}
+}
+
+func nlmsgAlign(n int) int { return (n + 3) &^ 3 }

@@ -491,7 +491,7 @@ func addrMatch(off uint32, op expr.CmpOp, val string) ([]expr.Any, error) {
 // nftTokens splits an nft command at blanks, keeping a quoted string (with its quotes) as
 // one token and the punctuation { } ; , : as tokens of their own.
 func nftTokens(s string) ([]string, error) {
-	var out []string
+	out := make([]string, 0, strings.Count(s, " ")+2)
 	for i := 0; i < len(s); {
 		switch c := s[i]; {
 		case c == ' ' || c == '\t':

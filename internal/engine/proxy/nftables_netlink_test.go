@@ -404,3 +404,30 @@ func TestNFTNetlinkFullObjectsAsNft(t *testing.T) {
 		}
 	}
 }
+
+// A transaction the kernel refuses (here a rule going to a chain that does not exist, in
+// the middle of a full load) returns the kernel's error and changes nothing: the table
+// programmed before stays as it was.
+func TestNFTNetlinkFailedTransaction(t *testing.T) {
+	ns, _ := netnstest.Scratch(t)
+	in, _ := RenderNFTables(nftTestServices()[1:], Options{ClusterCIDR: "10.244.0.0/16"})
+	if err := applyNFTNetlink(ns, in); err != nil {
+		t.Fatal(err)
+	}
+	before := nftDebugListing(t, ns)
+	bad, _ := RenderNFTables(benchSvcs(50), Options{ClusterCIDR: "10.244.0.0/16"})
+	lines := strings.Split(string(bad), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "add rule ") && strings.Contains(l, " goto endpoint-") {
+			lines[i] = l[:strings.LastIndex(l, " goto ")] + " goto no-such-chain"
+			break
+		}
+	}
+	err := applyNFTNetlink(ns, []byte(strings.Join(lines, "\n")))
+	if err == nil || errors.Is(err, errNFTUntranslated) || !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("a rule going to a missing chain gives %v, want the kernel's ENOENT", err)
+	}
+	if after := nftDebugListing(t, ns); after != before {
+		t.Errorf("the failed transaction changed the table:\n%s", firstDiff(before, after))
+	}
+}

@@ -36,9 +36,10 @@ var errNFTUntranslated = errors.New("not translated to netlink")
 //	flush chain ip kube-proxy CHAIN
 //	delete chain ip kube-proxy CHAIN
 //
-// and the rules of every chain (nftFrag.base, nftService) but two: the
-// "numgen random mod N vmap { ... }" of a Service with two endpoints or more, and
-// opt.ServiceCIDR's "ip daddr { CIDR } drop" (anonymous sets). A numgen vmap's anonymous
+// and the rules of every chain (nftFrag.base, nftService) but one: the
+// "numgen random mod N vmap { ... }" of a Service with two endpoints or more (opt.ServiceCIDR's
+// "ip daddr { CIDR } drop" is a set of one element, which nft matches as a prefix, and so
+// does this writer). A numgen vmap's anonymous
 // map must carry, in its user data, that its keys are in host byte order, or nft lists
 // "1 : goto ..." as "16777216 : goto ..."; github.com/google/nftables (v0.3.0) marks every
 // anonymous set big endian, and has no way to say otherwise. Anything it does not translate
@@ -341,7 +342,7 @@ func (b *nlBatch) rule(chain *nftables.Chain, tok []string) error {
 	r := &nftables.Rule{Table: b.t, Chain: chain}
 	for len(tok) > 0 {
 		switch {
-		case len(tok) >= 3 && tok[0] == "ip" && (tok[1] == "daddr" || tok[1] == "saddr") && tok[2] != "." && !strings.HasPrefix(tok[2], "@"):
+		case len(tok) >= 3 && tok[0] == "ip" && (tok[1] == "daddr" || tok[1] == "saddr") && tok[2] != "." && tok[2] != "{" && !strings.HasPrefix(tok[2], "@"):
 			off := uint32(12)
 			if tok[1] == "daddr" {
 				off = 16
@@ -387,7 +388,19 @@ func (b *nlBatch) rule(chain *nftables.Chain, tok []string) error {
 			}
 			r.UserData = userdata.AppendString(nil, userdata.TypeComment, c)
 			tok = tok[2:]
-		case len(tok) >= 3 && tok[0] == "ct" && tok[1] == "state" && tok[2] == "new":
+		case len(tok) >= 5 && tok[0] == "ip" && (tok[1] == "daddr" || tok[1] == "saddr") && tok[2] == "{" && tok[4] == "}":
+			// An anonymous set of one address or prefix: nft matches it as the prefix itself
+			// ("ip daddr { 10.96.0.0/16 }" is "ip daddr 10.96.0.0/16" in the kernel).
+			off := uint32(12)
+			if tok[1] == "daddr" {
+				off = 16
+			}
+			ex, err := addrMatch(off, expr.CmpOpEq, tok[3])
+			if err != nil {
+				return err
+			}
+			r.Exprs, tok = append(r.Exprs, ex...), tok[5:]
+			case len(tok) >= 3 && tok[0] == "ct" && tok[1] == "state" && tok[2] == "new":
 			r.Exprs = append(r.Exprs, &expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(8), Xor: make([]byte, 4)},
 				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)})

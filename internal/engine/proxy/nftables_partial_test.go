@@ -266,7 +266,7 @@ func TestNFTablesPartialMatchesFull(t *testing.T) {
 				netlinked++
 				return err
 			}
-			if !bytes.Contains(in, []byte(" numgen random mod ")) && !strings.Contains(err.Error(), " messages, more than ") {
+			if !bytes.Contains(in, []byte(" numgen random mod ")) {
 				t.Errorf("netlink did not translate an input without a numgen vmap: %v", err)
 			}
 			untranslated++

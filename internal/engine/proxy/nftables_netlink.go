@@ -112,6 +112,33 @@ func (b *nlBatch) op(f func(*nftables.Conn) error) { b.ops = append(b.ops, nlOp{
 
 func (b *nlBatch) raw(m netlink.Message) { b.ops = append(b.ops, nlOp{raw: &m}) }
 
+// nlElemsMax bounds the bytes of elements one message carries: they are one attribute,
+// whose length is 16 bits (github.com/google/nftables does not split them, and a list over
+// 64 KB wraps the length: the kernel then reads garbage, ENOENT). nft splits them too.
+const nlElemsMax = 32 << 10
+
+// elemOps queues the addition (or deletion) of elems to set, in messages of at most
+// nlElemsMax bytes of elements.
+func (b *nlBatch) elemOps(set nlSetT, elems []nftables.SetElement, del bool) {
+	for len(elems) > 0 {
+		n, size := 0, 0
+		for ; n < len(elems) && (n == 0 || size < nlElemsMax); n++ {
+			e := elems[n]
+			size += 64 + len(e.Key) + len(e.Comment)
+			if e.VerdictData != nil {
+				size += len(e.VerdictData.Chain)
+			}
+		}
+		chunk := elems[:n]
+		elems = elems[n:]
+		if del {
+			b.op(func(c *nftables.Conn) error { return c.SetDeleteElements(set.s, chunk) })
+		} else {
+			b.op(func(c *nftables.Conn) error { return c.SetAddElements(set.s, chunk) })
+		}
+	}
+}
+
 // command translates one line of the input.
 func (b *nlBatch) command(line string) error {
 	tok, err := nftTokens(line)
@@ -147,7 +174,7 @@ func (b *nlBatch) command(line string) error {
 			return err
 		}
 		b.elems = append(b.elems, elems)
-		b.op(func(c *nftables.Conn) error { return c.SetAddElements(set.s, elems) })
+		b.elemOps(set, elems, false)
 	case verb == "add" && obj == "chain" && len(rest) > 0 && !slices.Contains(rest, ";"):
 		return errors.New("a chain spec without ;")
 	case verb == "add" && obj == "chain" && len(rest) > 2 && (rest[1] == "type" || rest[1] == "comment"):
@@ -183,7 +210,7 @@ func (b *nlBatch) command(line string) error {
 			return err
 		}
 		b.elems = append(b.elems, elems)
-		b.op(func(c *nftables.Conn) error { return c.SetDeleteElements(set.s, elems) })
+		b.elemOps(set, elems, true)
 	case verb == "add" && (obj == "set" || obj == "map"):
 		set, err := nlSet(b.t, name)
 		if err != nil {
@@ -209,7 +236,7 @@ func (b *nlBatch) command(line string) error {
 			return err
 		}
 		b.elems = append(b.elems, elems)
-		b.op(func(c *nftables.Conn) error { return c.SetAddElements(set.s, elems) })
+		b.elemOps(set, elems, false)
 	default:
 		return errors.New("unknown command")
 	}
@@ -400,7 +427,7 @@ func (b *nlBatch) rule(chain *nftables.Chain, tok []string) error {
 				return err
 			}
 			r.Exprs, tok = append(r.Exprs, ex...), tok[5:]
-			case len(tok) >= 3 && tok[0] == "ct" && tok[1] == "state" && tok[2] == "new":
+		case len(tok) >= 3 && tok[0] == "ct" && tok[1] == "state" && tok[2] == "new":
 			r.Exprs = append(r.Exprs, &expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(8), Xor: make([]byte, 4)},
 				&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)})

@@ -295,6 +295,11 @@ func nlSendBatch(nsPath string, msgs []netlink.Message) error {
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, max(size+(64<<10), 256<<10))
+		if serr == nil {
+			// Room for an error on every message (each carries a copy of its message), as
+			// nft makes room: else the first error is lost in ENOBUFS.
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, max(2*size, 256<<10))
+		}
 	}); err != nil || serr != nil {
 		return fmt.Errorf("nftables netlink: send buffer of %d bytes: %v %v", size, err, serr)
 	}
@@ -305,22 +310,49 @@ func nlSendBatch(nsPath string, msgs []netlink.Message) error {
 		return fmt.Errorf("nftables netlink transaction in %s: sendto of %d bytes: %v %v", nsPath, size, err, serr)
 	}
 	// The kernel has run the batch when sendmsg returns: the replies are already queued.
+	// They are read raw, to tell which message an error is about (its sequence number).
+	first := last - uint32(len(msgs)) + 1
 	if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
 		return err
 	}
+	rbuf := make([]byte, 1<<20)
+	var fails []string
+	var firstErr error
 	for {
-		replies, err := conn.Receive()
-		if err != nil {
-			var op *netlink.OpError
-			if errors.As(err, &op) && errors.Is(op.Err, syscall.EAGAIN) {
-				return fmt.Errorf("nftables netlink transaction in %s: no ack", nsPath)
-			}
-			return fmt.Errorf("nftables netlink transaction in %s: %w", nsPath, err)
+		var n int
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, _, rerr = unix.Recvfrom(int(fd), rbuf, 0)
+			return !errors.Is(rerr, unix.EAGAIN)
+		}); err != nil || rerr != nil {
+			return fmt.Errorf("nftables netlink transaction in %s: receive: %v %v (errors so far: %s)", nsPath, err, rerr, strings.Join(fails, "; "))
 		}
-		for _, r := range replies {
-			if r.Header.Type == netlink.Error && r.Header.Sequence == last {
-				return nil
+		for b := rbuf[:n]; len(b) >= 16; {
+			l := int(binary.NativeEndian.Uint32(b))
+			if l < 16 || l > len(b) {
+				break
 			}
+			typ, seq := binary.NativeEndian.Uint16(b[4:]), binary.NativeEndian.Uint32(b[8:])
+			if typ == unix.NLMSG_ERROR && l >= 20 {
+				if errno := -int32(binary.NativeEndian.Uint32(b[16:])); errno != 0 {
+					what := "the commit"
+					if seq >= first && seq <= last {
+						m := msgs[seq-first]
+						what = fmt.Sprintf("message %d of %d (type %d)", seq-first+1, len(msgs), m.Header.Type&0xff)
+					}
+					fails = append(fails, fmt.Sprintf("%s: %v", what, syscall.Errno(errno)))
+					if firstErr == nil {
+						firstErr = syscall.Errno(errno)
+					}
+				}
+				if seq == last {
+					if firstErr != nil {
+						return fmt.Errorf("nftables netlink transaction in %s refused: %w (%s)", nsPath, firstErr, strings.Join(fails, "; "))
+					}
+					return nil
+				}
+			}
+			b = b[min(nlmsgAlign(l), len(b)):]
 		}
 	}
 }

@@ -288,10 +288,14 @@ func TestNFTNetlinkFullAsNft(t *testing.T) {
 		{},
 		partialOpt(),
 	}
+	long := benchSvcs(1200) // elements over 64 KB a line (chain names of 100 characters)
+	for i := range long {
+		long[i].Namespace = strings.Repeat("n", 60)
+	}
 	for i, c := range []struct {
 		svcs []Service
 		opt  Options
-	}{{svcs, opts[0]}, {svcs[:30], opts[0]}, {svcs[10:], opts[1]}, {nil, opts[1]}, {benchSvcs(200), opts[0]}, {svcs, opts[2]}, {svcs[:20], opts[2]}} {
+	}{{long, opts[2]}, {svcs, opts[0]}, {svcs[:30], opts[0]}, {svcs[10:], opts[1]}, {nil, opts[1]}, {benchSvcs(200), opts[0]}, {svcs, opts[2]}, {svcs[:20], opts[2]}} {
 		in, _ := RenderNFTables(c.svcs, c.opt)
 		cmd := exec.Command("nsenter", "--net="+byNft, "nft", "-f", "-")
 		cmd.Stdin = bytes.NewReader(in)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cnibench/cnibench/internal/cpupin"
 	"github.com/google/nftables"
 
 	"github.com/cnibench/cnibench/internal/stats"
@@ -182,17 +183,22 @@ func BenchmarkNFTNetlinkVsNft(b *testing.B) {
 // programmed by its own process or goroutine), the ways alternating which goes first.
 // Reported: the mean times (s), nft's over netlink's paired by iteration with its 95 %
 // interval, and the netlink path's parts on one namespace: translating the text, marshalling
-// the messages, and sending them (the kernel's work happens inside the sendmsg):
+// the messages, and sending them (the kernel's work happens inside the sendmsg). The "lab"
+// case is what the lab's CreateServices does for its two nodes at once: each node's agent,
+// pinned to its CPU (cpupin.Run, CPUs 0 and 1), renders the node's full rendering and
+// applies it (internal/lab BenchmarkLab10kServices, program_s, measures the same without
+// the pairing):
 //
 //	go test -run '^$' -bench NFTFullNetlinkVsNft -benchtime 6x ./internal/engine/proxy/
 func BenchmarkNFTFullNetlinkVsNft(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
-	in, _ := RenderNFTables(benchSvcs(benchServices), Options{ClusterCIDR: "10.244.0.0/16"})
-	ways := map[string]func(ns string) error{
-		"netlink": func(ns string) error { return applyNFTNetlink(ns, in) },
-		"nft":     func(ns string) error { return run(ns, "nft", []string{"-f", "-"}, in) },
+	svcs := benchSvcs(benchServices)
+	in, _ := RenderNFTables(svcs, Options{ClusterCIDR: "10.244.0.0/16"})
+	ways := map[string]func(ns string, in []byte) error{
+		"netlink": applyNFTNetlink,
+		"nft":     func(ns string, in []byte) error { return run(ns, "nft", []string{"-f", "-"}, in) },
 	}
 	took := map[string]map[int]float64{} // "<way> 1|2" -> iteration -> s
 	var parse, marshal, send float64
@@ -210,7 +216,7 @@ func BenchmarkNFTFullNetlinkVsNft(b *testing.B) {
 				errs := make(chan error, nodes)
 				t0 := time.Now()
 				for _, ns := range nss {
-					go func() { errs <- ways[w](ns) }()
+					go func() { errs <- ways[w](ns, in) }()
 				}
 				for range nss {
 					if err := <-errs; err != nil {
@@ -223,6 +229,30 @@ func BenchmarkNFTFullNetlinkVsNft(b *testing.B) {
 				}
 				took[k][i] = time.Since(t0).Seconds()
 			}
+		}
+		for _, w := range order {
+			nss := []string{benchNS(b), benchNS(b)}
+			errs := make(chan error, 2)
+			t0 := time.Now()
+			for j, ns := range nss {
+				go func() {
+					errs <- cpupin.Run(j, func() error {
+						opt := Options{ClusterCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", NodeName: fmt.Sprintf("node%d", j), NodeIPs: []string{fmt.Sprintf("172.30.0.%d", 10+j)}}
+						in, _ := RenderNFTables(svcs, opt)
+						return ways[w](ns, in)
+					})
+				}()
+			}
+			for range nss {
+				if err := <-errs; err != nil {
+					b.Fatalf("%s in the lab's way: %v", w, err)
+				}
+			}
+			k := w + " lab"
+			if took[k] == nil {
+				took[k] = map[int]float64{}
+			}
+			took[k][i] = time.Since(t0).Seconds()
 		}
 		ns := benchNS(b)
 		t0 := time.Now()
@@ -257,6 +287,17 @@ func BenchmarkNFTFullNetlinkVsNft(b *testing.B) {
 		b.ReportMetric(r.CI95Low, fmt.Sprintf("ratio_lo_%dns", nodes))
 		b.ReportMetric(r.CI95High, fmt.Sprintf("ratio_hi_%dns", nodes))
 	}
+	sum := map[string]float64{}
+	for _, w := range []string{"netlink", "nft"} {
+		for _, v := range took[w+" lab"] {
+			sum[w] += v
+		}
+		b.ReportMetric(sum[w]/n, "lab_"+w+"_s")
+	}
+	r := stats.PairedRatio(took["nft lab"], took["netlink lab"])
+	b.ReportMetric(r.Ratio, "nft/netlink_lab")
+	b.ReportMetric(r.CI95Low, "ratio_lo_lab")
+	b.ReportMetric(r.CI95High, "ratio_hi_lab")
 	b.ReportMetric(parse/n, "nl_translate_s")
 	b.ReportMetric(marshal/n, "nl_marshal_s")
 	b.ReportMetric(send/n, "nl_send_s")

@@ -186,6 +186,70 @@ func (b *nlBatch) addSetDecl(name string, rest []string) error {
 	return nil
 }
 
+// nlAnonMap is the name an anonymous map is created with; the kernel numbers it
+// ("__map0", ...), and the batch's rules and elements name it by its ID.
+const nlAnonMap = "__map%d"
+
+// numgenMap queues the anonymous verdict map of "numgen random mod N vmap { 0 : goto C0,
+// ... }" (tok: from "{" to "}") and returns its ID in the batch. The map is written as nft
+// writes it (TestNFTNetlinkFullObjectsAsNft compares every attribute): constant, keys of
+// type integer in host byte order (github.com/google/nftables marks every anonymous set big
+// endian, and has no way to say otherwise; nft then lists "1 : goto ..." as
+// "16777216 : goto ..."), its size, and the data's records as nft 1.0.6 writes them.
+func (b *nlBatch) numgenMap(mod uint32, tok []string) (uint32, error) {
+	body, err := braced(tok)
+	if err != nil {
+		return 0, err
+	}
+	var elems []nftables.SetElement
+	for _, e := range splitOn(body, ",") {
+		if len(e) < 3 || e[1] != ":" {
+			return 0, fmt.Errorf("numgen vmap element %q", strings.Join(e, " "))
+		}
+		k, err := strconv.ParseUint(e[0], 10, 32)
+		if err != nil || k >= uint64(mod) {
+			return 0, fmt.Errorf("numgen vmap key %q", e[0])
+		}
+		v, err := verdict(e[2:])
+		if err != nil {
+			return 0, err
+		}
+		elems = append(elems, nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(k)), VerdictData: v})
+	}
+	b.anon++
+	id := uint32(1000 + b.anon) // after the named sets' (el + 1)
+	desc, err := netlink.MarshalAttributes([]netlink.Attribute{{Type: unix.NFTA_SET_DESC_SIZE, Data: binaryutil.BigEndian.PutUint32(uint32(len(elems)))}})
+	if err != nil {
+		return 0, err
+	}
+	ud := userdata.AppendUint32(nil, userdata.NFTNL_UDATA_SET_KEYBYTEORDER, 1)
+	ud = userdata.AppendUint32(ud, userdata.NFTNL_UDATA_SET_DATABYTEORDER, 0)
+	ud = userdata.Append(ud, userdata.NFTNL_UDATA_SET_DATA_TYPEOF, []byte{0, 4, 1, 0, 0, 0, 1, 0})
+	ud = userdata.AppendUint32(ud, userdata.NFTNL_UDATA_SET_DATA_INTERVAL, 0)
+	data, err := nftMsgData([]netlink.Attribute{
+		{Type: unix.NFTA_SET_TABLE, Data: []byte(NFTable + "\x00")},
+		{Type: unix.NFTA_SET_NAME, Data: []byte(nlAnonMap + "\x00")},
+		{Type: unix.NFTA_SET_FLAGS, Data: binaryutil.BigEndian.PutUint32(unix.NFT_SET_ANONYMOUS | unix.NFT_SET_CONSTANT | unix.NFT_SET_MAP)},
+		{Type: unix.NFTA_SET_KEY_TYPE, Data: binaryutil.BigEndian.PutUint32(nftables.TypeInteger.GetNFTMagic())},
+		{Type: unix.NFTA_SET_KEY_LEN, Data: binaryutil.BigEndian.PutUint32(4)},
+		{Type: unix.NFTA_SET_ID, Data: binaryutil.BigEndian.PutUint32(id)},
+		{Type: unix.NFTA_SET_DATA_TYPE, Data: binaryutil.BigEndian.PutUint32(unix.NFT_DATA_VERDICT)},
+		{Type: unix.NFTA_SET_DATA_LEN, Data: binaryutil.BigEndian.PutUint32(16)},
+		{Type: unix.NLA_F_NESTED | unix.NFTA_SET_DESC, Data: desc},
+		{Type: unix.NFTA_SET_USERDATA, Data: ud},
+	})
+	if err != nil {
+		return 0, err
+	}
+	b.raw(netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_NEWSET), Flags: netlink.Request | netlink.Create}, Data: data})
+	// Not Anonymous: github.com/google/nftables refuses to add elements to one (its own
+	// AddSet sends them with the set); the elements' message names the set and its ID alike.
+	set := &nftables.Set{Table: b.t, Name: nlAnonMap, ID: id, IsMap: true}
+	b.elems = append(b.elems, elems)
+	b.op(func(c *nftables.Conn) error { return c.SetAddElements(set, elems) })
+	return id, nil
+}
+
 // messages marshals the batch's operations: github.com/google/nftables writes its messages
 // into a connection that only records them (nltest), ours are taken as they are.
 func (b *nlBatch) messages() ([]netlink.Message, error) {

@@ -511,7 +511,11 @@ func (b *nlBatch) rule(chain *nftables.Chain, tok []string) error {
 		}
 	}
 	b.rules = append(b.rules, r)
-	b.op(func(c *nftables.Conn) error { c.AddRule(r); return nil })
+	m, err := nlRuleMsg(r)
+	if err != nil {
+		return err
+	}
+	b.raw(m)
 	return nil
 }
 

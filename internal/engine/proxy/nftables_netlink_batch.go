@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -184,6 +185,54 @@ func (b *nlBatch) addSetDecl(name string, rest []string) error {
 	}
 	b.raw(netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_NEWSET), Flags: netlink.Request | netlink.Create}, Data: data})
 	return nil
+}
+
+// nlRuleMsg is the message that appends r to its chain, as (*nftables.Conn).AddRule writes
+// it (table, chain, expressions, user data; flags create and append), marshalled into one
+// buffer: AddRule's attribute lists cost 0.1 s of allocations for 10,000 Services' 40,000
+// rules.
+func nlRuleMsg(r *nftables.Rule) (netlink.Message, error) {
+	exprs := make([][]byte, len(r.Exprs))
+	size := 4 + nlAttrLen(len(NFTable)+1) + nlAttrLen(len(r.Chain.Name)+1) + 4 + nlAttrLen(len(r.UserData))
+	for i, e := range r.Exprs {
+		b, err := expr.Marshal(byte(nftables.TableFamilyIPv4), e)
+		if err != nil {
+			return netlink.Message{}, err
+		}
+		exprs[i] = b
+		size += nlAttrLen(len(b))
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, unix.NFPROTO_IPV4, unix.NFNETLINK_V0, 0, 0)
+	buf = nlAppendAttr(buf, unix.NFTA_RULE_TABLE, []byte(NFTable+"\x00"))
+	buf = nlAppendAttr(buf, unix.NFTA_RULE_CHAIN, []byte(r.Chain.Name+"\x00"))
+	start := len(buf)
+	buf = append(buf, 0, 0, 0, 0) // NFTA_RULE_EXPRESSIONS, its length once known
+	for _, b := range exprs {
+		buf = nlAppendAttr(buf, unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, b)
+	}
+	binary.NativeEndian.PutUint16(buf[start:], uint16(len(buf)-start))
+	binary.NativeEndian.PutUint16(buf[start+2:], unix.NLA_F_NESTED|unix.NFTA_RULE_EXPRESSIONS)
+	if len(buf)-start > 0xffff {
+		return netlink.Message{}, errors.New("a rule's expressions over 64 KB")
+	}
+	if r.UserData != nil {
+		buf = nlAppendAttr(buf, unix.NFTA_RULE_USERDATA, r.UserData)
+	}
+	return netlink.Message{Header: netlink.Header{Type: nftMsg(unix.NFT_MSG_NEWRULE), Flags: netlink.Request | netlink.Create | unix.NLM_F_APPEND}, Data: buf}, nil
+}
+
+func nlAttrLen(n int) int { return nlmsgAlign(4 + n) }
+
+// nlAppendAttr appends a netlink attribute (host-order header, data padded to 4 bytes).
+func nlAppendAttr(buf []byte, typ uint16, data []byte) []byte {
+	buf = binary.NativeEndian.AppendUint16(buf, uint16(4+len(data)))
+	buf = binary.NativeEndian.AppendUint16(buf, typ)
+	buf = append(buf, data...)
+	for range nlAttrLen(len(data)) - 4 - len(data) {
+		buf = append(buf, 0)
+	}
+	return buf
 }
 
 // nlAnonMap is the name an anonymous map is created with; the kernel numbers it

@@ -68,19 +68,20 @@ var errNFTUntranslated = errors.New("not translated to netlink")
 // table's, chains' and sets' attributes) against nft's.
 func applyNFTNetlink(nsPath string, input []byte) error {
 	b := &nlBatch{t: &nftables.Table{Name: NFTable, Family: nftables.TableFamilyIPv4}}
-	for line := range strings.SplitSeq(strings.TrimSpace(string(input)), "\n") {
+	for line := range strings.SplitSeq(string(input), "\n") {
+		b.line++
 		if line = strings.TrimSpace(line); line == "" {
 			continue
 		}
 		if err := b.command(line); err != nil {
-			return fmt.Errorf("%w: %s: %v", errNFTUntranslated, firstN(line, 120), err)
+			return fmt.Errorf("%w: line %d: %s: %v", errNFTUntranslated, b.line, firstN(line, 120), err)
 		}
 	}
 	msgs, err := b.messages()
 	if err != nil {
 		return fmt.Errorf("nftables netlink messages: %w", err)
 	}
-	return nlSendBatch(nsPath, msgs)
+	return nlSendBatch(nsPath, msgs, b.src)
 }
 
 func firstN(s string, n int) string {
@@ -97,18 +98,21 @@ type nlBatch struct {
 	rules []*nftables.Rule        // the rules added, in order (tests look at them)
 	elems [][]nftables.SetElement // the elements added or deleted, by command, in order
 	anon  uint32                  // anonymous maps queued
+	line  int                     // the input line being translated
+	src   []int                   // by message (messages): its input line
 }
 
 // nlOp is one queued operation: a call on a github.com/google/nftables connection, or a
 // message of our own (for what its API cannot say: the comment of a table or a chain).
 type nlOp struct {
-	f   func(*nftables.Conn) error
-	raw *netlink.Message
+	f    func(*nftables.Conn) error
+	raw  *netlink.Message
+	line int // of the input (1 the first)
 }
 
-func (b *nlBatch) op(f func(*nftables.Conn) error) { b.ops = append(b.ops, nlOp{f: f}) }
+func (b *nlBatch) op(f func(*nftables.Conn) error) { b.ops = append(b.ops, nlOp{f: f, line: b.line}) }
 
-func (b *nlBatch) raw(m netlink.Message) { b.ops = append(b.ops, nlOp{raw: &m}) }
+func (b *nlBatch) raw(m netlink.Message) { b.ops = append(b.ops, nlOp{raw: &m, line: b.line}) }
 
 // nlElemsMax bounds the bytes of elements one message carries: they are one attribute,
 // whose length is 16 bits (github.com/google/nftables does not split them, and a list over

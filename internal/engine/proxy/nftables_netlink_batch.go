@@ -318,29 +318,19 @@ func (b *nlBatch) messages() ([]netlink.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	pending := false
-	flush := func() error {
-		if !pending {
-			return nil
-		}
-		pending = false
-		return c.Flush()
-	}
+	b.src = b.src[:0]
 	for _, op := range b.ops {
+		n := len(out)
 		if op.raw != nil {
-			if err := flush(); err != nil {
-				return nil, err
-			}
 			out = append(out, *op.raw)
-			continue
-		}
-		if err := op.f(c); err != nil {
+		} else if err := op.f(c); err != nil {
+			return nil, err
+		} else if err := c.Flush(); err != nil { // (a few per batch: rules are raw)
 			return nil, err
 		}
-		pending = true
-	}
-	if err := flush(); err != nil {
-		return nil, err
+		for range len(out) - n {
+			b.src = append(b.src, op.line)
+		}
 	}
 	return out, nil
 }
@@ -353,7 +343,9 @@ func (b *nlBatch) messages() ([]netlink.Message, error) {
 // sendmsg). No message asks for an ack or an echo but the last: the kernel answers only
 // errors and that ack, after the commit, so the replies stay small whatever the batch's size.
 // A failed commit is acked with its error on the batch's first message.
-func nlSendBatch(nsPath string, msgs []netlink.Message) error {
+//
+// src, if not nil, names each message's source (its input line) in errors.
+func nlSendBatch(nsPath string, msgs []netlink.Message, src []int) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -449,9 +441,11 @@ func nlSendBatch(nsPath string, msgs []netlink.Message) error {
 			if typ == unix.NLMSG_ERROR && l >= 20 {
 				if errno := -int32(binary.NativeEndian.Uint32(b[16:])); errno != 0 {
 					what := "the commit"
-					if seq >= first && seq <= last {
-						m := msgs[seq-first]
-						what = fmt.Sprintf("message %d of %d (type %d)", seq-first+1, len(msgs), m.Header.Type&0xff)
+					if i := seq - first; i < uint32(len(msgs)) { // (unsigned: the numbers may wrap)
+						what = fmt.Sprintf("message %d of %d (type %d)", i+1, len(msgs), msgs[i].Header.Type&0xff)
+						if int(i) < len(src) {
+							what += fmt.Sprintf(", of input line %d", src[i])
+						}
 					}
 					fails = append(fails, fmt.Sprintf("%s: %v", what, syscall.Errno(errno)))
 					if firstErr == nil {

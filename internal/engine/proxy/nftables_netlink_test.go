@@ -409,17 +409,22 @@ func TestNFTNetlinkFailedTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := nftDebugListing(t, ns)
-	bad, _ := RenderNFTables(benchSvcs(50), Options{ClusterCIDR: "10.244.0.0/16"})
-	lines := strings.Split(string(bad), "\n")
+	in2, _ := RenderNFTables(benchSvcs(50), Options{ClusterCIDR: "10.244.0.0/16"})
+	lines := strings.Split(string(in2), "\n")
+	bad := 0 // the line changed (1 the first)
 	for i, l := range lines {
 		if strings.HasPrefix(l, "add rule ") && strings.Contains(l, " goto endpoint-") {
 			lines[i] = l[:strings.LastIndex(l, " goto ")] + " goto no-such-chain"
+			bad = i + 1
 			break
 		}
 	}
 	err := applyNFTNetlink(ns, []byte(strings.Join(lines, "\n")))
 	if err == nil || errors.Is(err, errNFTUntranslated) || !errors.Is(err, unix.ENOENT) {
 		t.Fatalf("a rule going to a missing chain gives %v, want the kernel's ENOENT", err)
+	}
+	if want := fmt.Sprintf("of input line %d:", bad); !strings.Contains(err.Error(), want) {
+		t.Errorf("the error does not name the input line (%q): %v", want, err)
 	}
 	if after := nftDebugListing(t, ns); after != before {
 		t.Errorf("the failed transaction changed the table:\n%s", firstDiff(before, after))

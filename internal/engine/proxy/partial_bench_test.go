@@ -268,7 +268,7 @@ func BenchmarkNFTFullNetlinkVsNft(b *testing.B) {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		if err := nlSendBatch(ns, msgs); err != nil {
+		if err := nlSendBatch(ns, msgs, nil); err != nil {
 			b.Fatal(err)
 		}
 		parse, marshal, send = parse+t1.Sub(t0).Seconds(), marshal+t2.Sub(t1).Seconds(), send+time.Since(t2).Seconds()

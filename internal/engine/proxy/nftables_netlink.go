@@ -188,7 +188,7 @@ func (b *nlBatch) command(line string) error {
 	case verb == "delete" && obj == "chain" && len(rest) == 0:
 		b.op(func(c *nftables.Conn) error { c.DelChain(chain); return nil })
 	case verb == "add" && obj == "chain" && len(rest) == 0:
-		b.op(func(c *nftables.Conn) error { c.AddChain(chain); return nil })
+		return b.addChainSpec(name, nil)
 	case verb == "add" && obj == "chain":
 		body, err := braced(rest)
 		if err != nil {

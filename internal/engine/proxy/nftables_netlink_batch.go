@@ -72,18 +72,24 @@ func (b *nlBatch) addTable(rest []string) error {
 var nftHooks = map[string]uint32{"prerouting": unix.NF_INET_PRE_ROUTING, "input": unix.NF_INET_LOCAL_IN,
 	"forward": unix.NF_INET_FORWARD, "output": unix.NF_INET_LOCAL_OUT, "postrouting": unix.NF_INET_POST_ROUTING}
 
-// addChainSpec translates `add chain ip kube-proxy NAME { type T hook H priority P ; }` and
+// addChainSpec translates `add chain ip kube-proxy NAME` (rest empty: the message
+// (*nftables.Conn).AddChain writes, without going through it: 20,000 of them cost 0.2 s
+// there), `add chain ip kube-proxy NAME { type T hook H priority P ; }` and
 // `add chain ip kube-proxy NAME { comment "C" ; }` (a chain's comment is its user data).
 func (b *nlBatch) addChainSpec(name string, rest []string) error {
-	body, err := braced(rest)
-	if err != nil {
-		return err
-	}
 	attrs := []netlink.Attribute{
 		{Type: unix.NFTA_CHAIN_TABLE, Data: []byte(NFTable + "\x00")},
 		{Type: unix.NFTA_CHAIN_NAME, Data: []byte(name + "\x00")},
 	}
+	var body []string
+	if len(rest) > 0 {
+		var err error
+		if body, err = braced(rest); err != nil {
+			return err
+		}
+	}
 	switch {
+	case len(rest) == 0:
 	case len(body) == 7 && body[0] == "type" && body[2] == "hook" && body[4] == "priority" && body[6] == ";":
 		hook, ok := nftHooks[body[3]]
 		prio, err := strconv.ParseInt(body[5], 10, 32)

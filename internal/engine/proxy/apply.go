@@ -142,9 +142,9 @@ func runEnv(nsPath string, env []string, tool string, args []string, stdin []byt
 
 // ApplyNFTables programs an nftables rendering (RenderNFTables, RenderNFTablesPartial) in the
 // network namespace at nsPath as one transaction, which the kernel commits atomically or not
-// at all: through netlink if applyNFTNetlink translates it (a partial rendering of a small
-// change: no nft to start, no listing of the table's chains before a deletion), else with
-// `nft -f -` (a full rendering, whose "add table" it does not translate, or a large change).
+// at all: through netlink if applyNFTNetlink translates it (no nft to start, no parsing of
+// the text in nft, no listing of the table's chains before a deletion), else with `nft -f -`
+// (a rendering with a numgen vmap of a multi-endpoint Service).
 func ApplyNFTables(nsPath string, input []byte) error {
 	if err := applyNFTNetlink(nsPath, input); !errors.Is(err, errNFTUntranslated) {
 		return err

@@ -71,8 +71,8 @@ func nftBaseOf(opt Options) nftBase {
 // nft's cache. Deletions cannot avoid the fetch in nft: a rendering that deletes an element
 // or a chain (a Service or an endpoint that went away, a map element whose value changed)
 // pays it there. ApplyNFTables therefore sends these inputs through netlink itself
-// (applyNFTNetlink), which needs no cache at all, and runs nft only for what that does not
-// translate (a numgen vmap). What remains is the kernel's: a transaction that adds a jump or
+// (applyNFTNetlink), which needs no cache at all (and translates every command the
+// renderings write; nft runs only should it not). What remains is the kernel's: a transaction that adds a jump or
 // goto (every new Service does) makes it check the whole table for loops, about 25 ms for
 // 10,000 Services.
 //

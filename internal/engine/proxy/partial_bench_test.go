@@ -1,9 +1,14 @@
 package proxy
 
 import (
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cnibench/cnibench/internal/cpupin"
+	"github.com/google/nftables"
 
 	"github.com/cnibench/cnibench/internal/stats"
 )
@@ -169,5 +174,132 @@ func BenchmarkNFTNetlinkVsNft(b *testing.B) {
 		b.ReportMetric(r.CI95Low, what+"_ratio_lo")
 		b.ReportMetric(r.CI95High, what+"_ratio_hi")
 	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkNFTFullNetlinkVsNft programs the full rendering of 10,000 Services (one endpoint
+// each) into fresh namespaces with `nft -f` and through netlink (applyNFTNetlink: one
+// transaction, one sendmsg), on one namespace and on two at once (the lab's two nodes, each
+// programmed by its own process or goroutine), the ways alternating which goes first.
+// Reported: the mean times (s), nft's over netlink's paired by iteration with its 95 %
+// interval, and the netlink path's parts on one namespace: translating the text, marshalling
+// the messages, and sending them (the kernel's work happens inside the sendmsg). The "lab"
+// case is what the lab's CreateServices does for its two nodes at once: each node's agent,
+// pinned to its CPU (cpupin.Run, CPUs 0 and 1), renders the node's full rendering and
+// applies it (internal/lab BenchmarkLab10kServices, program_s, measures the same without
+// the pairing):
+//
+//	go test -run '^$' -bench NFTFullNetlinkVsNft -benchtime 6x ./internal/engine/proxy/
+func BenchmarkNFTFullNetlinkVsNft(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	svcs := benchSvcs(benchServices)
+	in, _ := RenderNFTables(svcs, Options{ClusterCIDR: "10.244.0.0/16"})
+	ways := map[string]func(ns string, in []byte) error{
+		"netlink": applyNFTNetlink,
+		"nft":     func(ns string, in []byte) error { return run(ns, "nft", []string{"-f", "-"}, in) },
+	}
+	took := map[string]map[int]float64{} // "<way> 1|2" -> iteration -> s
+	var parse, marshal, send float64
+	for i := range b.N {
+		order := []string{"netlink", "nft"}
+		if i%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, w := range order {
+			for _, nodes := range []int{1, 2} {
+				nss := make([]string, nodes)
+				for j := range nss {
+					nss[j] = benchNS(b)
+				}
+				errs := make(chan error, nodes)
+				t0 := time.Now()
+				for _, ns := range nss {
+					go func() { errs <- ways[w](ns, in) }()
+				}
+				for range nss {
+					if err := <-errs; err != nil {
+						b.Fatalf("%s on %d namespaces: %v", w, nodes, err)
+					}
+				}
+				k := fmt.Sprintf("%s %d", w, nodes)
+				if took[k] == nil {
+					took[k] = map[int]float64{}
+				}
+				took[k][i] = time.Since(t0).Seconds()
+			}
+		}
+		for _, w := range order {
+			nss := []string{benchNS(b), benchNS(b)}
+			errs := make(chan error, 2)
+			t0 := time.Now()
+			for j, ns := range nss {
+				go func() {
+					errs <- cpupin.Run(j, func() error {
+						opt := Options{ClusterCIDR: "10.244.0.0/16", ServiceCIDR: "10.96.0.0/16", NodeName: fmt.Sprintf("node%d", j), NodeIPs: []string{fmt.Sprintf("172.30.0.%d", 10+j)}}
+						in, _ := RenderNFTables(svcs, opt)
+						return ways[w](ns, in)
+					})
+				}()
+			}
+			for range nss {
+				if err := <-errs; err != nil {
+					b.Fatalf("%s in the lab's way: %v", w, err)
+				}
+			}
+			k := w + " lab"
+			if took[k] == nil {
+				took[k] = map[int]float64{}
+			}
+			took[k][i] = time.Since(t0).Seconds()
+		}
+		ns := benchNS(b)
+		t0 := time.Now()
+		bt := &nlBatch{t: &nftables.Table{Name: NFTable, Family: nftables.TableFamilyIPv4}}
+		for line := range strings.SplitSeq(strings.TrimSpace(string(in)), "\n") {
+			if err := bt.command(line); err != nil {
+				b.Fatal(err)
+			}
+		}
+		t1 := time.Now()
+		msgs, err := bt.messages()
+		if err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		if err := nlSendBatch(ns, msgs, nil); err != nil {
+			b.Fatal(err)
+		}
+		parse, marshal, send = parse+t1.Sub(t0).Seconds(), marshal+t2.Sub(t1).Seconds(), send+time.Since(t2).Seconds()
+	}
+	n := float64(b.N)
+	for _, nodes := range []int{1, 2} {
+		for _, w := range []string{"netlink", "nft"} {
+			sum := 0.0
+			for _, v := range took[fmt.Sprintf("%s %d", w, nodes)] {
+				sum += v
+			}
+			b.ReportMetric(sum/n, fmt.Sprintf("%s_%dns_s", w, nodes))
+		}
+		r := stats.PairedRatio(took[fmt.Sprintf("nft %d", nodes)], took[fmt.Sprintf("netlink %d", nodes)])
+		b.ReportMetric(r.Ratio, fmt.Sprintf("nft/netlink_%dns", nodes))
+		b.ReportMetric(r.CI95Low, fmt.Sprintf("ratio_lo_%dns", nodes))
+		b.ReportMetric(r.CI95High, fmt.Sprintf("ratio_hi_%dns", nodes))
+	}
+	sum := map[string]float64{}
+	for _, w := range []string{"netlink", "nft"} {
+		for _, v := range took[w+" lab"] {
+			sum[w] += v
+		}
+		b.ReportMetric(sum[w]/n, "lab_"+w+"_s")
+	}
+	r := stats.PairedRatio(took["nft lab"], took["netlink lab"])
+	b.ReportMetric(r.Ratio, "nft/netlink_lab")
+	b.ReportMetric(r.CI95Low, "ratio_lo_lab")
+	b.ReportMetric(r.CI95High, "ratio_hi_lab")
+	b.ReportMetric(parse/n, "nl_translate_s")
+	b.ReportMetric(marshal/n, "nl_marshal_s")
+	b.ReportMetric(send/n, "nl_send_s")
 	b.ReportMetric(0, "ns/op")
 }

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cnibench/cnibench/internal/mounts"
 	"github.com/vishvananda/netlink"
 	vns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -105,6 +106,9 @@ func Create(name string) error {
 	if err := os.MkdirAll(Dir, 0o755); err != nil {
 		return fmt.Errorf("create netns %s: %w", name, err)
 	}
+	if err := sharedDir(); err != nil {
+		return fmt.Errorf("create netns %s: %w", name, err)
+	}
 	f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("network namespace %s already exists: %w", name, err)
@@ -141,7 +145,48 @@ func Delete(name string) error {
 		return fmt.Errorf("unmount netns %s: %w", name, err)
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, unix.EBUSY) && len(mounts.Under(p)) > 0 {
+			return fmt.Errorf("remove netns %s: its mount is hidden under a later mount of %s (`ip netns` or a container runtime bind-mounted %s onto itself while it was mounted); free it with: umount %s && umount %s && rm %s",
+				name, Dir, Dir, Dir, p, p)
+		}
 		return fmt.Errorf("remove netns %s: %w", name, err)
+	}
+	return nil
+}
+
+// sharedDir makes Dir a mount point with shared propagation, as `ip netns add` and container
+// runtimes do before they mount a namespace there. Each of them, finding Dir a plain
+// directory, bind-mounts it onto itself; a namespace of ours mounted in the plain directory
+// at that moment ends up under that mount, where its file can be neither unmounted nor
+// removed (EBUSY) until the bind mount goes. Doing the upgrade first, under a lock on Dir
+// that our processes share, leaves them nothing to do. While namespaces are mounted in a
+// plain Dir (made by an older cnibench, or by a tool that mounts without the upgrade) Dir is
+// left as it is: binding it now would hide them.
+func sharedDir() error {
+	d, err := os.Open(Dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", Dir, err)
+	}
+	defer unix.Flock(int(d.Fd()), unix.LOCK_UN)
+	err = unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if err == nil || err != unix.EINVAL { // EINVAL: not a mount point
+		if err != nil {
+			return fmt.Errorf("make %s shared: %w", Dir, err)
+		}
+		return nil
+	}
+	if len(mounts.Under(Dir)) > 0 {
+		return nil
+	}
+	if err := unix.Mount(Dir, Dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind-mount %s onto itself: %w", Dir, err)
+	}
+	if err := unix.Mount("", Dir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s shared: %w", Dir, err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	vns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/cnibench/cnibench/internal/mounts"
 	"github.com/cnibench/cnibench/internal/names"
 )
 
@@ -243,5 +244,138 @@ func TestCreateDelete(t *testing.T) {
 	noneLeft(t, name)
 	if pids := PIDs(name); pids != nil {
 		t.Errorf("PIDs of a deleted namespace = %v", pids)
+	}
+}
+
+// TestDirUpgrade runs dirUpgradeCases in a private mount namespace of its own (a child of
+// this test binary under `unshare -m`), with a tmpfs on /run, so Dir starts as a plain
+// directory and nothing there touches the host's mounts.
+func TestDirUpgrade(t *testing.T) {
+	needRoot(t)
+	if os.Getenv("CNB_NETNS_DIR_CHILD") == "1" {
+		dirUpgradeCases(t)
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", exe, "-test.run", "^TestDirUpgrade$", "-test.v")
+	cmd.Env = append(os.Environ(), "CNB_NETNS_DIR_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestDirUpgrade") {
+		t.Fatalf("child in its own mount namespace: %v\n%s", err, out)
+	}
+}
+
+// freshRun mounts an empty tmpfs on /run (only in the child's mount namespace) and makes Dir
+// a plain directory in it.
+func freshRun(t *testing.T) {
+	t.Helper()
+	// What the host (or an earlier case) mounted at Dir goes first, from this namespace only:
+	// listed under a new /run, it would still count as mounted there.
+	for _, mp := range mounts.Under(Dir) {
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil {
+			t.Fatalf("unmount %s: %v", mp, err)
+		}
+	}
+	if err := unix.Mount("tmpfs", "/run", "tmpfs", 0, ""); err != nil {
+		t.Fatalf("mount tmpfs on /run: %v", err)
+	}
+	if err := os.MkdirAll(Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// isMountPoint: whether path is a mount point, and whether it has shared propagation.
+func isMountPoint(t *testing.T, path string) (mounted, shared bool) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, _, _ := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if len(f) >= 6 && f[4] == path {
+			mounted = true
+			shared = strings.Contains(pre, " shared:")
+		}
+	}
+	return mounted, shared
+}
+
+// bindNS mounts this process's network namespace at Dir/name the plain way (no upgrade of
+// Dir), as an older cnibench did.
+func bindNS(t *testing.T, name string) {
+	t.Helper()
+	if err := os.WriteFile(Path(name), nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("/proc/self/ns/net", Path(name), "bind", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dirUpgradeCases(t *testing.T) {
+	runtime.LockOSThread() // mounts below are made by this thread's mount namespace
+	// 1. Create makes a plain Dir a shared mount point, so `ip netns add` (which otherwise
+	// bind-mounts Dir onto itself, hiding what is mounted there) leaves it alone: our
+	// namespace deletes cleanly afterwards.
+	freshRun(t)
+	if m, _ := isMountPoint(t, Dir); m {
+		t.Fatalf("%s is a mount point before Create", Dir)
+	}
+	if err := Create("cnbtnsa"); err != nil {
+		t.Fatal(err)
+	}
+	if m, sh := isMountPoint(t, Dir); !m || !sh {
+		t.Fatalf("after Create %s: mount point %v, shared %v; want both", Dir, m, sh)
+	}
+	if out, err := exec.Command("ip", "netns", "add", "cnbtnsb").CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	for _, n := range []string{"cnbtnsa", "cnbtnsb"} {
+		if err := Delete(n); err != nil {
+			t.Errorf("Delete(%s) after ip netns add: %v", n, err)
+		}
+		if _, err := os.Lstat(Path(n)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still there: %v", Path(n), err)
+		}
+	}
+
+	// 2. A namespace already mounted in a plain Dir keeps Dir as it is (binding it now would
+	// hide that one), and both delete cleanly.
+	freshRun(t)
+	bindNS(t, "cnbtnsold")
+	if err := Create("cnbtnsc"); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := isMountPoint(t, Dir); m {
+		t.Errorf("Create bind-mounted %s over a namespace mounted in it", Dir)
+	}
+	for _, n := range []string{"cnbtnsold", "cnbtnsc"} {
+		if err := Delete(n); err != nil {
+			t.Errorf("Delete(%s): %v", n, err)
+		}
+	}
+
+	// 3. A namespace hidden under a later bind mount of Dir (what `ip netns add` does to a
+	// plain Dir): Delete says what happened and how to free it.
+	freshRun(t)
+	bindNS(t, "cnbtnsg")
+	if err := unix.Mount(Dir, Dir, "none", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	err := Delete("cnbtnsg")
+	if err == nil || !strings.Contains(err.Error(), "hidden under a later mount") || !strings.Contains(err.Error(), "umount "+Dir) {
+		t.Errorf("Delete of a hidden namespace = %v; want the hidden-mount explanation", err)
+	}
+	// Freeing it as the message says works.
+	if err := unix.Unmount(Dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := Delete("cnbtnsg"); err != nil {
+		t.Errorf("Delete after unmounting %s: %v", Dir, err)
 	}
 }

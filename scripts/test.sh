@@ -19,9 +19,11 @@ trap 'kill -- -"$build" 2>/dev/null || true' EXIT
 # What the suite needs before its first test: installs (apt, the MLRsearch venv), cnibench's
 # build, vet, gofmt and the committed eBPF objects' check; then labs a killed earlier run left
 # (owner gone), which would fail this run's leftover checks (test clusters a killed run left
-# are taken down by the next cluster's start).
+# are taken down by the next cluster's start). What clean cannot remove (it says what and
+# why) does not stop the suite: only test objects count, and the leftover check at the end
+# still fails on those.
 make --no-print-directory build vet fmt-check test-deps bpf-check
-./bin/cnibench lab clean
+./bin/cnibench lab clean || echo "test: lab clean left something (above); the suite goes on" >&2
 
 export CNIBENCH_KUBE_E2E=1 CNIBENCH_REQUIRE_TOOLS=1
 rc=0

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -77,8 +78,9 @@ func ApplyIPTables(nsPath string, backend string, ipset, filter []byte) error {
 	return destroySets(nsPath, staleSets)
 }
 
-// ApplyNFTables installs a RenderNFTables rendering in the network namespace at nsPath: one
-// nft -f transaction, which replaces the engine's table whole.
+// ApplyNFTables installs an nftables rendering in the network namespace at nsPath as one
+// transaction: a full one (RenderNFTables, which replaces the engine's table whole) through
+// netlink (applyNFTNetlink), a partial one (RenderNFTablesPartial) with nft -f.
 //
 // Where the time goes, 20,000 policies (BenchmarkApply's nftables/idle=10000: 5,000 local
 // pods, 30,000 chains, 60,000 rules, 5.6 MB of nft input; measured on the project's 2-core
@@ -89,13 +91,13 @@ func ApplyIPTables(nsPath string, backend string, ipset, filter []byte) error {
 // evaluating, serializing), 11 % page faults (its memory), 34 % its one sendmsg, of which
 // the kernel's processing of the batch (nfnetlink_rcv_batch) is 30 % (rules 20 %, the commit
 // 4 %, chains 3 %, the loop check 1 %): about 0.35 s of kernel work against 0.7 s of nft. The
-// rendering itself is 54 ms. As for the proxy's table (internal/engine/proxy:
-// applyNFTNetlink, which brought 10,000 Services from 0.77 s to 0.41 s), sending the same
-// transaction through netlink would leave the kernel's 0.35-0.4 s plus the Go side's
-// marshalling (0.1-0.2 s): this rendering writes nft's declarative syntax
-// ("table ip T { chain C { ... } }"), which the proxy's translator does not read, so it
-// would need a translator of its own (or a netlink writer fed by the Program, not the text).
+// rendering itself is 54 ms. Through netlink the same transaction leaves the kernel's part
+// and the Go side's translation and marshalling: BenchmarkNFTNetlinkVsNft measures both
+// ways, paired.
 func ApplyNFTables(nsPath string, input []byte) error {
+	if err := applyNFTNetlink(nsPath, input); !errors.Is(err, errNFTUntranslated) {
+		return err
+	}
 	_, err := output(nsPath, "nft", []string{"-f", "-"}, input)
 	return err
 }

@@ -8,25 +8,24 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cnibench/cnibench/internal/netns/netnstest"
+	"github.com/cnibench/cnibench/internal/nftnl"
+	"github.com/cnibench/cnibench/internal/nftnl/nftnltest"
 
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // translate is what applyNFTNetlink queues for input, without a kernel: the batch, or the
 // error that makes ApplyNFTables run nft instead.
-func translate(input string) (*nlBatch, error) {
-	b := &nlBatch{}
+func translate(input string) (*nftnl.Batch, error) {
+	b := nftnl.New(NFTable)
 	for line := range strings.SplitSeq(strings.TrimSpace(input), "\n") {
-		if err := b.command(strings.TrimSpace(line)); err != nil {
+		if err := command(b, strings.TrimSpace(line)); err != nil {
 			return nil, err
 		}
 	}
@@ -122,17 +121,17 @@ func TestNFTNetlinkExpressions(t *testing.T) {
 			t.Errorf("%s: %v", c.rule, err)
 			continue
 		}
-		if len(b.ops) != 1 {
-			t.Fatalf("%s: %d operations", c.rule, len(b.ops))
+		if len(b.Rules) != 1 {
+			t.Fatalf("%s: %d rules", c.rule, len(b.Rules))
 		}
-		if got := b.rules[0].Exprs; !reflect.DeepEqual(got, c.want) {
+		if got := b.Rules[0].Exprs; !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s:\n got %#v\nwant %#v", c.rule, got, c.want)
 		}
 		if !bytes.Contains(rec, []byte(c.rule)) {
 			t.Errorf("%s: not in the recording", c.rule)
 		}
 	}
-	if b, err := translate(`add chain ip kube-proxy c { fib saddr type local goto x comment "short-circuit local traffic" ; }`); err != nil || len(b.rules[0].UserData) == 0 {
+	if b, err := translate(`add chain ip kube-proxy c { fib saddr type local goto x comment "short-circuit local traffic" ; }`); err != nil || len(b.Rules[0].UserData) == 0 {
 		t.Errorf("a rule comment is not kept (%v)", err)
 	}
 }
@@ -153,14 +152,14 @@ add map ip kube-proxy no-endpoint-nodeports { type inet_proto . inet_service : v
 		{17, 0, 0, 0, 0x75, 0x80, 0, 0},
 	}
 	for i, w := range want {
-		if got := b.elems[i][0].Key; !bytes.Equal(got, w) {
+		if got := b.Elems[i][0].Key; !bytes.Equal(got, w) {
 			t.Errorf("element %d: key % x, want % x", i, got, w)
 		}
 	}
-	if e := b.elems[0][0]; e.Comment != "ns/svc:p" || e.VerdictData == nil || e.VerdictData.Kind != expr.VerdictGoto || e.VerdictData.Chain != "reject-chain" {
+	if e := b.Elems[0][0]; e.Comment != "ns/svc:p" || e.VerdictData == nil || e.VerdictData.Kind != expr.VerdictGoto || e.VerdictData.Chain != "reject-chain" {
 		t.Errorf("element 0: %+v", e)
 	}
-	if e := b.elems[2][0]; e.VerdictData == nil || e.VerdictData.Kind != expr.VerdictDrop {
+	if e := b.Elems[2][0]; e.VerdictData == nil || e.VerdictData.Kind != expr.VerdictDrop {
 		t.Errorf("element 2: %+v", e)
 	}
 }
@@ -243,34 +242,10 @@ func TestNFTNetlinkRulesAsNft(t *testing.T) {
 	}
 }
 
-// nftDebugListing is the table as `nft --debug=netlink list table` prints it: the listing,
-// then every rule's expressions and user data, with the handles left out.
-func nftDebugListing(t *testing.T, ns string) string {
-	t.Helper()
-	out, err := exec.Command("nsenter", "--net="+ns, "nft", "--debug=netlink", "list", "table", "ip", NFTable).CombinedOutput()
-	if err != nil {
-		t.Fatalf("nft list table: %v: %s", err, out)
-	}
-	// A set's elements come in the order of its hash table (seeded at random per set): they
-	// are compared sorted, after the rest.
-	var lines, elems []string
-	for _, l := range strings.Split(nftHandles.ReplaceAllString(string(out), ""), "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), "element ") {
-			elems = append(elems, l)
-		} else {
-			lines = append(lines, l)
-		}
-	}
-	slices.Sort(elems)
-	return strings.Join(append(lines, elems...), "\n")
-}
-
-var nftHandles = regexp.MustCompile(` *# handle \d+| handle \d+`)
-
 // A full rendering programmed through netlink (one transaction, from a fresh namespace and
 // over an existing table) leaves the table exactly as `nft -f` of the same rendering does:
-// the same listing, and the same expressions and user data for every rule and element
-// (nft --debug=netlink). Services with 0 to 3 endpoints (numgen vmaps: anonymous maps), with
+// the same listing, the same expressions and user data for every rule and element
+// (nft --debug=netlink), the same attributes of the table, chains and sets. Services with 0 to 3 endpoints (numgen vmaps: anonymous maps), with
 // and without NodePorts (Cluster and Local), with and without opt.ServiceCIDR.
 func TestNFTNetlinkFullAsNft(t *testing.T) {
 	byNft, _ := netnstest.Scratch(t)
@@ -294,84 +269,15 @@ func TestNFTNetlinkFullAsNft(t *testing.T) {
 		opt  Options
 	}{{long, opts[2]}, {nftTestServices(), opts[0]}, {svcs, opts[0]}, {svcs[:30], opts[0]}, {svcs[10:], opts[1]}, {nil, opts[1]}, {benchSvcs(200), opts[0]}, {svcs, opts[2]}, {svcs[:20], opts[2]}} {
 		in, _ := RenderNFTables(c.svcs, c.opt)
-		cmd := exec.Command("nsenter", "--net="+byNft, "nft", "-f", "-")
-		cmd.Stdin = bytes.NewReader(in)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%d: nft -f: %v: %s", i, err, out)
-		}
-		if err := applyNFTNetlink(byNetlink, in); err != nil {
-			t.Fatalf("%d: netlink: %v", i, err)
-		}
-		want, got := nftDebugListing(t, byNft), nftDebugListing(t, byNetlink)
-		if got != want {
-			t.Errorf("%d: the table differs:\n%s", i, firstDiff(want, got))
+		nftnltest.LoadBoth(t, byNft, byNetlink, in, applyNFTNetlink)
+		diff, want := nftnltest.Diff(t, byNft, byNetlink, NFTable)
+		if diff != "" {
+			t.Errorf("%d: %s", i, diff)
 		}
 		if !strings.Contains(want, "lookup reg 1 set service-ips dreg 0") {
-			t.Fatalf("%d: the listing has no expressions:\n%s", i, firstN(want, 2000))
+			t.Fatalf("%d: the listing has no expressions:\n%s", i, nftnl.FirstN(want, 2000))
 		}
 	}
-}
-
-// firstDiff shows the first line where a and b differ, with some context.
-func firstDiff(a, b string) string {
-	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
-	for i := range max(len(al), len(bl)) {
-		var x, y string
-		if i < len(al) {
-			x = al[i]
-		}
-		if i < len(bl) {
-			y = bl[i]
-		}
-		if x != y {
-			lo := max(0, i-3)
-			return fmt.Sprintf("line %d:\nnft:     %q\nnetlink: %q\nbefore:\n%s", i+1, x, y, strings.Join(al[lo:i], "\n"))
-		}
-	}
-	return ""
-}
-
-// nftRawObjects dumps the table's tables, chains and sets (msg: NFT_MSG_GETTABLE, ...) as
-// the kernel holds them: every attribute but handles and use counts, in hex, one object a
-// line, sorted.
-func nftRawObjects(t *testing.T, ns string, msg int) []string {
-	t.Helper()
-	f, err := os.Open(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(f.Fd())})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	replies, err := c.Execute(netlink.Message{Header: netlink.Header{Type: nftMsg(msg), Flags: netlink.Request | netlink.Dump},
-		Data: []byte{unix.NFPROTO_IPV4, unix.NFNETLINK_V0, 0, 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	skip := map[int]map[uint16]bool{ // handles (NFTA_TABLE_HANDLE 4, NFTA_SET_HANDLE 16), use counts
-		unix.NFT_MSG_GETTABLE: {4: true, unix.NFTA_TABLE_USE: true},
-		unix.NFT_MSG_GETCHAIN: {unix.NFTA_CHAIN_HANDLE: true, unix.NFTA_CHAIN_USE: true},
-		unix.NFT_MSG_GETSET:   {16: true},
-	}[msg]
-	var out []string
-	for _, r := range replies {
-		attrs, err := netlink.UnmarshalAttributes(r.Data[4:])
-		if err != nil {
-			t.Fatal(err)
-		}
-		var line []string
-		for _, a := range attrs {
-			if !skip[a.Type&^unix.NLA_F_NESTED] {
-				line = append(line, fmt.Sprintf("%d=%x", a.Type, a.Data))
-			}
-		}
-		out = append(out, strings.Join(line, " "))
-	}
-	slices.Sort(out)
-	return out
 }
 
 // The table, chains and sets a full rendering creates through netlink carry exactly the
@@ -383,19 +289,9 @@ func TestNFTNetlinkFullObjectsAsNft(t *testing.T) {
 	s := nftTestServices()[1]
 	s.NodePort = 30080
 	in, _ := RenderNFTables([]Service{s, nftTestServices()[0]}, Options{ClusterCIDR: "10.244.0.0/16", NodeName: "node0", NodeIPs: []string{"172.30.0.10"}})
-	cmd := exec.Command("nsenter", "--net="+byNft, "nft", "-f", "-")
-	cmd.Stdin = bytes.NewReader(in)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("nft -f: %v: %s", err, out)
-	}
-	if err := applyNFTNetlink(byNetlink, in); err != nil {
-		t.Fatal(err)
-	}
-	for _, msg := range []int{unix.NFT_MSG_GETTABLE, unix.NFT_MSG_GETCHAIN, unix.NFT_MSG_GETSET} {
-		want, got := nftRawObjects(t, byNft, msg), nftRawObjects(t, byNetlink, msg)
-		if len(want) == 0 || !slices.Equal(got, want) {
-			t.Errorf("message %d:\n got %q\nwant %q", msg, got, want)
-		}
+	nftnltest.LoadBoth(t, byNft, byNetlink, in, applyNFTNetlink)
+	if diff, _ := nftnltest.Diff(t, byNft, byNetlink, NFTable); diff != "" {
+		t.Error(diff)
 	}
 }
 
@@ -408,7 +304,7 @@ func TestNFTNetlinkFailedTransaction(t *testing.T) {
 	if err := applyNFTNetlink(ns, in); err != nil {
 		t.Fatal(err)
 	}
-	before := nftDebugListing(t, ns)
+	before := nftnltest.DebugListing(t, ns, NFTable)
 	in2, _ := RenderNFTables(benchSvcs(50), Options{ClusterCIDR: "10.244.0.0/16"})
 	lines := strings.Split(string(in2), "\n")
 	bad := 0 // the line changed (1 the first)
@@ -426,7 +322,7 @@ func TestNFTNetlinkFailedTransaction(t *testing.T) {
 	if want := fmt.Sprintf("of input line %d:", bad); !strings.Contains(err.Error(), want) {
 		t.Errorf("the error does not name the input line (%q): %v", want, err)
 	}
-	if after := nftDebugListing(t, ns); after != before {
-		t.Errorf("the failed transaction changed the table:\n%s", firstDiff(before, after))
+	if after := nftnltest.DebugListing(t, ns, NFTable); after != before {
+		t.Errorf("the failed transaction changed the table:\n%s", nftnltest.FirstDiff(before, after))
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cpupin"
-	"github.com/google/nftables"
+	"github.com/cnibench/cnibench/internal/nftnl"
 
 	"github.com/cnibench/cnibench/internal/stats"
 )
@@ -256,19 +256,19 @@ func BenchmarkNFTFullNetlinkVsNft(b *testing.B) {
 		}
 		ns := benchNS(b)
 		t0 := time.Now()
-		bt := &nlBatch{t: &nftables.Table{Name: NFTable, Family: nftables.TableFamilyIPv4}}
+		bt := nftnl.New(NFTable)
 		for line := range strings.SplitSeq(strings.TrimSpace(string(in)), "\n") {
-			if err := bt.command(line); err != nil {
+			if err := command(bt, line); err != nil {
 				b.Fatal(err)
 			}
 		}
 		t1 := time.Now()
-		msgs, err := bt.messages()
+		msgs, err := bt.Messages()
 		if err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		if err := nlSendBatch(ns, msgs, nil); err != nil {
+		if err := nftnl.Send(ns, msgs, nil); err != nil {
 			b.Fatal(err)
 		}
 		parse, marshal, send = parse+t1.Sub(t0).Seconds(), marshal+t2.Sub(t1).Seconds(), send+time.Since(t2).Seconds()

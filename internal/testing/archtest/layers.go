@@ -73,6 +73,7 @@ var Layers = map[string]int{
 	"internal/afpacket":  Host,
 	"internal/xsk":       Host,
 	"internal/iptsave":   Host,
+	"internal/nftnl/...": Host, // nf_tables over netlink, with nftnltest (the listings compared with nft's)
 	"internal/ovs":       Host,
 
 	"internal/nf/...":     Engines, // the network functions, their kinds and nftest

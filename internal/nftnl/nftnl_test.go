@@ -153,10 +153,12 @@ func TestAddElementsSplits(t *testing.T) {
 	}
 }
 
-// The same statements are translated once: a repeated rule shares its expressions, in
-// messages that differ only by chain.
+// With Repeated the same statements are translated once: a repeated rule shares its
+// expressions, in messages that differ only by chain; without it each is translated anew,
+// into the same messages.
 func TestRuleRepeated(t *testing.T) {
 	b := New("t")
+	b.Repeated = true
 	r := MustTokens("ip saddr @S tcp dport 80-90 meta mark set meta mark or 0x00010000 return")
 	for _, chain := range []string{"a", "b"} {
 		if err := b.Rule(chain, r); err != nil {
@@ -176,6 +178,19 @@ func TestRuleRepeated(t *testing.T) {
 	a, c := msgs[0].Data, msgs[1].Data
 	if !bytes.Equal(bytes.Replace(a, []byte("a\x00"), []byte("b\x00"), 1), c) {
 		t.Errorf("the two messages differ by more than the chain")
+	}
+	plain := New("t")
+	for _, chain := range []string{"a", "b"} {
+		if err := plain.Rule(chain, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pm, err := plain.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &plain.Rules[0].Exprs[0] == &plain.Rules[1].Exprs[0] || !bytes.Equal(pm[0].Data, a) || !bytes.Equal(pm[1].Data, c) {
+		t.Errorf("without Repeated: shared expressions or other messages")
 	}
 	// Nothing of a rule with an unknown statement is queued.
 	if err := b.Rule("a", MustTokens("ip saddr @S limit rate 10/second accept")); err == nil || len(b.Rules) != 2 {

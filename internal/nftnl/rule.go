@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Key encodes "V1 . V2 ..." of the given types as nft does: each field in network
+// encodeKey encodes "V1 . V2 ..." of the given types as nft does: each field in network
 // order, padded to 4 bytes when the key is a concatenation.
-func Key(types, tok []string) ([]byte, error) {
+func encodeKey(types, tok []string) ([]byte, error) {
 	vals := SplitOn(tok, ".")
 	if len(vals) != len(types) {
 		return nil, fmt.Errorf("key %q has %d fields, the set %d", strings.Join(tok, " "), len(vals), len(types))
@@ -60,8 +60,8 @@ func Key(types, tok []string) ([]byte, error) {
 
 var protos = map[string]byte{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP, "sctp": unix.IPPROTO_SCTP}
 
-// Verdict translates "goto C", "jump C", "drop", "accept", "return".
-func Verdict(tok []string) (*expr.Verdict, error) {
+// verdict translates "goto C", "jump C", "drop", "accept", "return".
+func verdict(tok []string) (*expr.Verdict, error) {
 	switch {
 	case len(tok) == 2 && tok[0] == "goto":
 		return &expr.Verdict{Kind: expr.VerdictGoto, Chain: tok[1]}, nil
@@ -93,15 +93,21 @@ func Verdict(tok []string) (*expr.Verdict, error) {
 // Anything else is an error, and nothing of the rule is queued.
 func (b *Batch) Rule(chain string, tok []string) error {
 	r := &nftables.Rule{Table: b.Table, Chain: &nftables.Chain{Table: b.Table, Name: chain}}
-	// The same statements make the same expressions: a rendering repeats many rules (a policy
-	// chain's rule for each of thousands of policies, a pod chain's mark rules), translated
-	// and marshalled once.
-	key := strings.Join(tok, " ")
-	if s, ok := b.seen[key]; ok {
-		r.Exprs, r.UserData = s.exprs, s.ud
-		b.Rules = append(b.Rules, r)
-		b.Raw(ruleMsg(b.Table.Name, chain, s.body))
-		return nil
+	// The same statements make the same expressions: with b.Repeated a rule seen before is
+	// neither translated nor marshalled again.
+	var key string
+	if b.Repeated {
+		key = strings.Join(tok, " ")
+		if s, ok := b.seen[key]; ok {
+			r.Exprs, r.UserData = s.exprs, s.ud
+			m, _, err := ruleMsg(b.Table.Name, chain, r, s.body)
+			if err != nil {
+				return err
+			}
+			b.Rules = append(b.Rules, r)
+			b.raw(m)
+			return nil
+		}
 	}
 	anon := b.anon
 	tok = meta(tok)
@@ -258,23 +264,19 @@ func (b *Batch) Rule(chain string, tok []string) error {
 			// "ip daddr . meta l4proto . th dport vmap @map" or "... dport @set": the
 			// concatenation in registers 1, 9 and 10 (the 4-byte registers after the first
 			// field), looked up in the map (its verdict) or the set (a match).
-			vmap := len(tok) >= 10 && tok[8] == "vmap"
-			name := tok[min(8, len(tok)-1)]
+			n := 8 // the set after "dport", or "vmap" and then the map
+			vmap := len(tok) > n && tok[n] == "vmap"
 			if vmap {
-				name = tok[9]
+				n++
 			}
-			if len(tok) < 9 || tok[7] != "dport" || !strings.HasPrefix(name, "@") {
+			if len(tok) <= n || tok[7] != "dport" || !strings.HasPrefix(tok[n], "@") {
 				return fmt.Errorf("unknown statement at %q", strings.Join(tok, " "))
 			}
 			r.Exprs = append(r.Exprs, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
 				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 9},
 				&expr.Payload{DestRegister: 10, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: vmap, SetName: name[1:]})
-			if vmap {
-				tok = tok[10:]
-			} else {
-				tok = tok[9:]
-			}
+				&expr.Lookup{SourceRegister: 1, DestRegister: 0, IsDestRegSet: vmap, SetName: tok[n][1:]})
+			tok = tok[n+1:]
 		case len(tok) >= 7 && strings.Join(tok[:6], " ") == "meta l4proto . th dport vmap":
 			// "meta l4proto . th dport vmap @map" (after "ip daddr @set")
 			if !strings.HasPrefix(tok[6], "@") {
@@ -289,25 +291,25 @@ func (b *Batch) Rule(chain string, tok []string) error {
 			if tok[0] == "goto" || tok[0] == "jump" {
 				n = min(2, len(tok))
 			}
-			v, err := Verdict(tok[:n])
+			v, err := verdict(tok[:n])
 			if err != nil {
 				return fmt.Errorf("unknown statement at %q", strings.Join(tok, " "))
 			}
 			r.Exprs, tok = append(r.Exprs, v), tok[n:]
 		}
 	}
-	body, err := ruleBody(r)
+	m, body, err := ruleMsg(b.Table.Name, chain, r, nil)
 	if err != nil {
 		return err
 	}
-	if b.seen == nil {
-		b.seen = map[string]seenRule{}
-	}
-	if b.anon == anon { // (a rule with an anonymous map of its own is never shared)
+	if b.Repeated && b.anon == anon { // (a rule with an anonymous map of its own is never shared)
+		if b.seen == nil {
+			b.seen = map[string]seenRule{}
+		}
 		b.seen[key] = seenRule{r.Exprs, r.UserData, body}
 	}
 	b.Rules = append(b.Rules, r)
-	b.Raw(ruleMsg(b.Table.Name, chain, body))
+	b.raw(m)
 	return nil
 }
 

@@ -144,7 +144,7 @@ func ParseElements(s Set, tok []string) ([]nftables.SetElement, error) {
 			if !s.S.IsMap {
 				return nil, errors.New("a value in a set")
 			}
-			v, err := Verdict(e[i+1:])
+			v, err := verdict(e[i+1:])
 			if err != nil {
 				return nil, err
 			}
@@ -174,11 +174,11 @@ func ParseElements(s Set, tok []string) ([]nftables.SetElement, error) {
 			}
 			continue
 		}
-		key, err := Key(s.Fields, e)
+		k, err := encodeKey(s.Fields, e)
 		if err != nil {
 			return nil, err
 		}
-		el.Key = key
+		el.Key = k
 		out = append(out, el)
 	}
 	return out, nil
@@ -219,7 +219,7 @@ func (b *Batch) AddElements(s Set, elems []nftables.SetElement, del bool) {
 				size += len(e.VerdictData.Chain)
 			}
 		}
-		b.Raw(elemsMsg(s, elems[:n], del))
+		b.raw(elemsMsg(s, elems[:n], del))
 		elems = elems[n:]
 	}
 }

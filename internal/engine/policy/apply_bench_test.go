@@ -10,6 +10,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/netns/netnstest"
 	"github.com/cnibench/cnibench/internal/nftnl"
+	"github.com/cnibench/cnibench/internal/nftnl/nftnltest"
 	"github.com/cnibench/cnibench/internal/stats"
 )
 
@@ -158,22 +159,8 @@ func BenchmarkNFTNetlinkVsNft(b *testing.B) {
 				took[k][i] = time.Since(t0).Seconds()
 			}
 		}
-		ns := scratchNS(b)
-		t0 := time.Now()
-		bt, err := translateNFT(in)
-		if err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		msgs, err := bt.Messages()
-		if err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		if err := nftnl.Send(ns, msgs, nil); err != nil {
-			b.Fatal(err)
-		}
-		parse, marshal, send = parse+t1.Sub(t0).Seconds(), marshal+t2.Sub(t1).Seconds(), send+time.Since(t2).Seconds()
+		tr, ma, se := nftnltest.Parts(b, scratchNS(b), func() (*nftnl.Batch, error) { return translateNFT(in) })
+		parse, marshal, send = parse+tr, marshal+ma, send+se
 	}
 	n := float64(b.N)
 	for _, when := range []string{"fresh", "again"} {

@@ -58,6 +58,7 @@ type nftObj struct {
 // elements (a map's elements jump to chains), then the rules.
 func translateNFT(input []byte) (*nftnl.Batch, error) {
 	b := nftnl.New(NFTablesTable)
+	b.Repeated = true // every policy chain's rules, every pod chain's mark rules
 	lines := strings.Split(string(input), "\n")
 	head := []string{"table ip " + NFTablesTable, "delete table ip " + NFTablesTable, "table ip " + NFTablesTable + " {"}
 	for i, h := range head {

@@ -175,6 +175,14 @@ func command(b *nftnl.Batch, line string) error {
 	return nil
 }
 
+// nftSetDeclTokens are nftSetDecls' bodies as tokens (by el* index), read once.
+var nftSetDeclTokens = func() (t [len(nftSets)][]string) {
+	for i, d := range nftSetDecls {
+		t[i] = nftnl.MustTokens(d.body)
+	}
+	return t
+}()
+
 // nlSet is one of the table's sets or maps (nftSets), as its declaration (nftSetDecls)
 // makes it.
 func nlSet(b *nftnl.Batch, name string) (nftnl.Set, error) {
@@ -182,14 +190,13 @@ func nlSet(b *nftnl.Batch, name string) (nftnl.Set, error) {
 	if i < 0 {
 		return nftnl.Set{}, fmt.Errorf("unknown set %q", name)
 	}
-	d := nftSetDecls[i]
-	return nftnl.ParseSet(b.Table, name, d.kind == "map", nftnl.MustTokens(d.body))
+	return nftnl.ParseSet(b.Table, name, nftSetDecls[i].kind == "map", nftSetDeclTokens[i])
 }
 
 // sameDecl checks that decl (tokens) is the declaration of set name in nftSetDecls.
 func sameDecl(name string, decl []string) error {
 	i := slices.Index(nftSets[:], name)
-	if i < 0 || strings.Join(decl, " ") != strings.Join(nftnl.MustTokens(nftSetDecls[i].body), " ") {
+	if i < 0 || !slices.Equal(decl, nftSetDeclTokens[i]) {
 		return fmt.Errorf("declaration %q is not the set's", strings.Join(decl, " "))
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cnibench/cnibench/internal/cpupin"
 	"github.com/cnibench/cnibench/internal/nftnl"
+	"github.com/cnibench/cnibench/internal/nftnl/nftnltest"
 
 	"github.com/cnibench/cnibench/internal/stats"
 )
@@ -254,24 +255,16 @@ func BenchmarkNFTFullNetlinkVsNft(b *testing.B) {
 			}
 			took[k][i] = time.Since(t0).Seconds()
 		}
-		ns := benchNS(b)
-		t0 := time.Now()
-		bt := nftnl.New(NFTable)
-		for line := range strings.SplitSeq(strings.TrimSpace(string(in)), "\n") {
-			if err := command(bt, line); err != nil {
-				b.Fatal(err)
+		tr, ma, se := nftnltest.Parts(b, benchNS(b), func() (*nftnl.Batch, error) {
+			bt := nftnl.New(NFTable)
+			for line := range strings.SplitSeq(strings.TrimSpace(string(in)), "\n") {
+				if err := command(bt, line); err != nil {
+					return nil, err
+				}
 			}
-		}
-		t1 := time.Now()
-		msgs, err := bt.Messages()
-		if err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		if err := nftnl.Send(ns, msgs, nil); err != nil {
-			b.Fatal(err)
-		}
-		parse, marshal, send = parse+t1.Sub(t0).Seconds(), marshal+t2.Sub(t1).Seconds(), send+time.Since(t2).Seconds()
+			return bt, nil
+		})
+		parse, marshal, send = parse+tr, marshal+ma, send+se
 	}
 	n := float64(b.N)
 	for _, nodes := range []int{1, 2} {

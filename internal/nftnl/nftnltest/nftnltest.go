@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -134,4 +135,26 @@ func Diff(t testing.TB, byNft, byNetlink, table string) (diff, listing string) {
 		}
 	}
 	return "", want
+}
+
+// Parts times the netlink way's three parts into the network namespace at ns: translate
+// (the engine's translation of its rendering), marshalling the batch, and the sendmsg with
+// the kernel's work; the benchmark fails on an error.
+func Parts(tb testing.TB, ns string, translate func() (*nftnl.Batch, error)) (translated, marshalled, sent float64) {
+	tb.Helper()
+	t0 := time.Now()
+	b, err := translate()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t1 := time.Now()
+	msgs, err := b.Messages()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t2 := time.Now()
+	if err := nftnl.Send(ns, msgs, nil); err != nil {
+		tb.Fatal(err)
+	}
+	return t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), time.Since(t2).Seconds()
 }

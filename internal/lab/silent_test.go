@@ -126,7 +126,10 @@ func scaleServices(b *testing.B, l *Lab, n int) time.Duration {
 // BenchmarkLab10kServices: 10,000 Services, each with its own endpoint (a silent pod that
 // answers), programmed in both nodes of a flannel lab, per proxy (goal: under 1 s each on 2
 // cores; program_s is CreateServices: rendering and applying in both nodes at once; nftables
-// 0.64-0.66 s since full renderings go through netlink, 1.79 s with nft -f before). Run:
+// 0.64-0.66 s since full renderings go through netlink, 1.79 s with nft -f before; iptables
+// 1.31-1.33 s since iptables-nft's transaction goes through netlink, 1.67 s with
+// iptables-nft-restore before: kube-proxy's xt comment on every rule and the kernel's xt
+// checks take about half of it). Run:
 // go test -run XXX -bench Lab10kServices -benchtime 1x ./internal/lab/
 func BenchmarkLab10kServices(b *testing.B) {
 	needRootB(b)

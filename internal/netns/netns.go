@@ -45,8 +45,12 @@ var setNS = vns.Set
 // fn creates belong to that namespace, whatever thread uses them later; processes it starts
 // (exec.Cmd.Start) are in it. fn must not start goroutines that expect to be in the namespace:
 // only its own thread is.
-func Do(name string, fn func() error) error {
-	target, err := vns.GetFromPath(Path(name))
+func Do(name string, fn func() error) error { return DoPath(Path(name), fn) }
+
+// DoPath is Do for the namespace whose file is at path (e.g. one not under Dir).
+func DoPath(path string, fn func() error) error {
+	name := strings.TrimPrefix(path, Dir+"/")
+	target, err := vns.GetFromPath(path)
 	if err != nil {
 		return fmt.Errorf("open netns %s: %w", name, err)
 	}

@@ -3,6 +3,7 @@ package nftnl
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -209,5 +210,88 @@ func TestTokens(t *testing.T) {
 	}
 	if _, err := Tokens(`comment "open`); err == nil {
 		t.Error("an unterminated string is no error")
+	}
+}
+
+// IPTRule: the forms it knows give their expressions in iptables-nft's order (ip header
+// matches, the matches in order, a counter, the action), whatever order -p comes in; a
+// repeated rule is translated once and an inserted one goes first (no append flag); a form
+// it does not know is ErrUntranslated and queues nothing; a set without a known index is
+// another error.
+func TestIPTRule(t *testing.T) {
+	b := New("filter")
+	b.Repeated, b.IPSets = true, map[string]uint16{"S": 3}
+	args := strings.Fields("-m mark --mark 0x0/0x20000 -m set --match-set S src -p tcp -m tcp --dport 80:90 -j MARK --set-xmark 0x10000/0x10000")
+	for _, ch := range []string{"a", "b"} {
+		if err := b.IPTRule(ch, args, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var kinds []string
+	for _, e := range b.Rules[0].Exprs {
+		kinds = append(kinds, strings.TrimPrefix(fmt.Sprintf("%T", e), "*expr."))
+	}
+	if got, want := strings.Join(kinds, " "), "Meta Cmp Meta Bitwise Cmp Match Payload Range Counter Target"; got != want {
+		t.Errorf("expressions %s, want %s", got, want)
+	}
+	if m := b.Rules[0].Exprs[5].(*expr.Match); m.Name != "set" || m.Rev != 4 {
+		t.Errorf("set match %+v", m)
+	}
+	if &b.Rules[0].Exprs[0] != &b.Rules[1].Exprs[0] {
+		t.Error("the repeated rule was translated again")
+	}
+	if err := b.IPTRule("FORWARD", []string{"-j", "KUBE-ROUTER-FORWARD"}, true); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := b.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs[0].Header.Flags&unix.NLM_F_APPEND == 0 || msgs[2].Header.Flags&unix.NLM_F_APPEND != 0 {
+		t.Errorf("flags %v %v: appended, then inserted", msgs[0].Header.Flags, msgs[2].Header.Flags)
+	}
+	// -p first, then -s and -d, whatever the order given; an option goes to its match.
+	if err := b.IPTRule("a", strings.Fields("! -d 127.0.0.0/8 -m tcp -p tcp --dport 80 -m comment --comment x -j KUBE-SVC-X"), false); err != nil {
+		t.Fatal(err)
+	}
+	kinds = nil
+	for _, e := range b.Rules[len(b.Rules)-1].Exprs {
+		kinds = append(kinds, strings.TrimPrefix(fmt.Sprintf("%T", e), "*expr."))
+	}
+	if got, want := strings.Join(kinds, " "), "Meta Cmp Payload Cmp Payload Cmp Match Counter Verdict"; got != want {
+		t.Errorf("expressions %s, want %s", got, want)
+	}
+	for _, bad := range []string{"! -p tcp -j ACCEPT", "-m tcp -p tcp ! --dport 80 -j ACCEPT", "-j MARK --set-mark 1", "-m limit --limit 1/s -j ACCEPT", "-j LOG", "-m tcp --dport 80 -j ACCEPT", "-p icmp -j ACCEPT", "-m mark --mark x -j DROP"} {
+		if err := b.IPTRule("a", strings.Fields(bad), false); !errors.Is(err, ErrUntranslated) {
+			t.Errorf("%q: %v, want ErrUntranslated", bad, err)
+		}
+	}
+	if err := b.IPTRule("a", strings.Fields("-m set --match-set T dst -j ACCEPT"), false); err == nil || errors.Is(err, ErrUntranslated) {
+		t.Errorf("a set of unknown index: %v", err)
+	}
+	if len(b.Rules) != 4 {
+		t.Errorf("%d rules queued, want 4", len(b.Rules))
+	}
+}
+
+// ParseRestore splits arguments as iptables-restore does (quotes group, a backslash in them
+// escapes) and refuses what it does not know.
+func TestParseRestore(t *testing.T) {
+	in := "*nat\n:A - [0:0]\n-A A -m comment --comment \"x \\\"y\\\" z\" -j B\n-A A -m comment --comment ab\"c d\"e -s 10.0.0.1/32\n-X OLD\nCOMMIT\n*filter\nCOMMIT\n"
+	tables, err := ParseRestore([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) != 2 || tables[0].Name != "nat" || tables[1].Name != "filter" || len(tables[0].Decls) != 1 || len(tables[0].Deletes) != 1 || tables[0].Deletes[0] != "OLD" {
+		t.Fatalf("tables %+v", tables)
+	}
+	r := tables[0].Rules
+	if len(r) != 2 || r[0].Line != 3 || strings.Join(r[0].Args, "|") != `-m|comment|--comment|x "y" z|-j|B` || strings.Join(r[1].Args, "|") != "-m|comment|--comment|abc de|-s|10.0.0.1/32" {
+		t.Errorf("rules %+v", r)
+	}
+	for _, bad := range []string{"*nat\n-I A 1 -j B\nCOMMIT\n", "*nat\n:INPUT ACCEPT [0:0]\nCOMMIT\n", "*nat\n-A A -m comment --comment \"open\nCOMMIT\n", "-A A -j B\n", "*nat\n-A A -j B\n"} {
+		if _, err := ParseRestore([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
 	}
 }

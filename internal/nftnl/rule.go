@@ -98,15 +98,8 @@ func (b *Batch) Rule(chain string, tok []string) error {
 	var key string
 	if b.Repeated {
 		key = strings.Join(tok, " ")
-		if s, ok := b.seen[key]; ok {
-			r.Exprs, r.UserData = s.exprs, s.ud
-			m, _, err := ruleMsg(b.Table.Name, chain, r, s.body)
-			if err != nil {
-				return err
-			}
-			b.Rules = append(b.Rules, r)
-			b.raw(m)
-			return nil
+		if done, err := b.replay(r, key); done {
+			return err
 		}
 	}
 	anon := b.anon
@@ -298,7 +291,7 @@ func (b *Batch) Rule(chain string, tok []string) error {
 			r.Exprs, tok = append(r.Exprs, v), tok[n:]
 		}
 	}
-	m, body, err := ruleMsg(b.Table.Name, chain, r, nil)
+	m, body, err := ruleMsg(b.Table.Name, chain, r, nil, nil, nil)
 	if err != nil {
 		return err
 	}
@@ -360,6 +353,23 @@ var addrOff = map[string]uint32{"saddr": 12, "daddr": 16}
 
 // ctStates are the bits of conntrack states (linux/netfilter/nf_conntrack_common.h).
 var ctStates = map[string]uint32{"invalid": 1, "established": 2, "related": 4, "new": 8, "untracked": 64}
+
+// replay queues r as the rule seen before under key, if there is one (done), with its
+// expressions, user data and message body.
+func (b *Batch) replay(r *nftables.Rule, key string) (done bool, err error) {
+	s, ok := b.seen[key]
+	if !ok {
+		return false, nil
+	}
+	r.Exprs, r.UserData = s.exprs, s.ud
+	m, _, err := ruleMsg(b.Table.Name, r.Chain.Name, r, s.body, nil, nil)
+	if err != nil {
+		return true, err
+	}
+	b.Rules = append(b.Rules, r)
+	b.raw(m)
+	return true, nil
+}
 
 // seenRule is a rule translated before: its expressions, user data and message body.
 type seenRule struct {

@@ -46,7 +46,24 @@ const hookRule = "-A FORWARD -j " + IPTablesTopChain
 // takes 2-4 s. iptables-legacy-restore is fast either way. As with kube-router, the packet
 // counters of the other rules of the table restart from zero, and a change someone else makes
 // to the filter table between the save and the restore is lost.
+//
+// With iptables-nft the steps run without the tools where the rendering allows (nearly
+// always): applyIPTNetlink does the same over netlink, the tools' way (applyIPTTools) is
+// what is left for the rest and for iptables-legacy.
 func ApplyIPTables(nsPath string, backend string, ipset, filter []byte) error {
+	if _, _, err := iptTools(backend); err != nil {
+		return err
+	}
+	if backend == "nft" || backend == "" {
+		if err := applyIPTNetlink(nsPath, ipset, filter); !errors.Is(err, errIPTUntranslated) {
+			return err
+		}
+	}
+	return applyIPTTools(nsPath, backend, ipset, filter)
+}
+
+// applyIPTTools is ApplyIPTables with the backend's tools: steps 1-4 as listed there.
+func applyIPTTools(nsPath string, backend string, ipset, filter []byte) error {
 	saveTool, restoreTool, err := iptTools(backend)
 	if err != nil {
 		return err
@@ -115,8 +132,7 @@ type savedTable struct {
 
 // parseSave reads iptables-save output of the filter table.
 func parseSave(save []byte) savedTable {
-	t := savedTable{owned: map[string]bool{}}
-	declared := map[string]bool{}
+	var t savedTable
 	var order []string
 	jumps := map[string][]string{}
 	sets := map[string][]string{}
@@ -126,7 +142,6 @@ func parseSave(save []byte) savedTable {
 			if len(f) == 0 {
 				continue
 			}
-			declared[f[0]] = true
 			order = append(order, f[0])
 			t.decls = append(t.decls, line)
 			continue
@@ -149,24 +164,9 @@ func parseSave(save []byte) savedTable {
 			}
 		}
 	}
-	var walk func(string)
-	walk = func(ch string) {
-		if t.owned[ch] || !declared[ch] {
-			return
-		}
-		t.owned[ch] = true
-		for _, to := range jumps[ch] {
-			walk(to)
-		}
-	}
-	walk(IPTablesTopChain)
-	walk(IPTablesIdleChain)
+	t.owned, t.chains = engineChains(order, jumps)
 	seen := map[string]bool{}
-	for _, ch := range order {
-		if !t.owned[ch] {
-			continue
-		}
-		t.chains = append(t.chains, ch)
+	for _, ch := range t.chains {
 		for _, s := range sets[ch] {
 			if !seen[s] {
 				seen[s] = true
@@ -175,6 +175,35 @@ func parseSave(save []byte) savedTable {
 		}
 	}
 	return t
+}
+
+// engineChains are the engine's chains of a table whose chains are order (all of them) and
+// whose rules jump (or go) from one to another as jumps says: those reachable from the top
+// and idle chains (see the ownership note in iptables.go); chains lists them in order.
+func engineChains(order []string, jumps map[string][]string) (owned map[string]bool, chains []string) {
+	declared := map[string]bool{}
+	for _, ch := range order {
+		declared[ch] = true
+	}
+	owned = map[string]bool{}
+	var walk func(string)
+	walk = func(ch string) {
+		if owned[ch] || !declared[ch] {
+			return
+		}
+		owned[ch] = true
+		for _, to := range jumps[ch] {
+			walk(to)
+		}
+	}
+	walk(IPTablesTopChain)
+	walk(IPTablesIdleChain)
+	for _, ch := range order {
+		if owned[ch] {
+			chains = append(chains, ch)
+		}
+	}
+	return owned, chains
 }
 
 // merge returns the whole filter table for iptables-restore (without --noflush): the saved

@@ -11,7 +11,6 @@ import (
 	"github.com/cnibench/cnibench/internal/netns/netnstest"
 	"github.com/cnibench/cnibench/internal/nftnl"
 	"github.com/cnibench/cnibench/internal/nftnl/nftnltest"
-	"github.com/cnibench/cnibench/internal/stats"
 )
 
 // benchName is a kube-router-like name: prefix + 16 base32 characters of a hash of s.
@@ -122,63 +121,43 @@ func BenchmarkApply(b *testing.B) {
 
 // BenchmarkNFTNetlinkVsNft programs the nftables rendering of 20,000 policies (5,000 local
 // pods with a policy each way, 10,000 idle policies: BenchmarkApply's nftables/idle=10000)
-// through netlink (applyNFTNetlink) and with `nft -f`, paired: each iteration runs both
-// ways, in alternating order, each into a fresh namespace and then again over the table it
-// made (a full resync). Reported: the mean seconds of each, the ratio nft/netlink with its
-// 95 % interval, and the netlink way's parts (translation, marshalling, the sendmsg with the
-// kernel's work). Run with -benchtime Nx (N >= 3 for an interval):
+// through netlink (applyNFTNetlink) and with `nft -f`, paired (nftnltest.Paired). Reported besides:
+// the netlink way's parts (translation, marshalling, the sendmsg with the kernel's work).
+// Run with -benchtime Nx (N >= 3 for an interval):
 //
 //	go test -run '^$' -bench NFTNetlinkVsNft -benchtime 6x ./internal/engine/policy/
 func BenchmarkNFTNetlinkVsNft(b *testing.B) {
 	in, c := RenderNFTables(applyBenchProgram(5000, 10000))
-	ways := map[string]func(ns string) error{
+	var parse, marshal, send float64
+	nftnltest.Paired(b, "netlink", "nft", map[string]func(ns string) error{
 		"netlink": func(ns string) error { return applyNFTNetlink(ns, in) },
 		"nft": func(ns string) error {
 			_, err := output(ns, "nft", []string{"-f", "-"}, in)
 			return err
 		},
-	}
-	took := map[string]map[int]float64{} // "<way> fresh|again" -> iteration -> s
-	var parse, marshal, send float64
-	for i := range b.N {
-		order := []string{"netlink", "nft"}
-		if i%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, w := range order {
-			ns := scratchNS(b)
-			for _, when := range []string{"fresh", "again"} {
-				t0 := time.Now()
-				if err := ways[w](ns); err != nil {
-					b.Fatalf("%s %s: %v", w, when, err)
-				}
-				k := w + " " + when
-				if took[k] == nil {
-					took[k] = map[int]float64{}
-				}
-				took[k][i] = time.Since(t0).Seconds()
-			}
-		}
+	}, func() {
 		tr, ma, se := nftnltest.Parts(b, scratchNS(b), func() (*nftnl.Batch, error) { return translateNFT(in) })
 		parse, marshal, send = parse+tr, marshal+ma, send+se
-	}
+	})
 	n := float64(b.N)
-	for _, when := range []string{"fresh", "again"} {
-		for _, w := range []string{"netlink", "nft"} {
-			sum := 0.0
-			for _, v := range took[w+" "+when] {
-				sum += v
-			}
-			b.ReportMetric(sum/n, w+"_"+when+"_s")
-		}
-		r := stats.PairedRatio(took["nft "+when], took["netlink "+when])
-		b.ReportMetric(r.Ratio, "nft/netlink_"+when)
-		b.ReportMetric(r.CI95Low, "ratio_lo_"+when)
-		b.ReportMetric(r.CI95High, "ratio_hi_"+when)
-	}
 	b.ReportMetric(parse/n, "nl_translate_s")
 	b.ReportMetric(marshal/n, "nl_marshal_s")
 	b.ReportMetric(send/n, "nl_send_s")
 	b.ReportMetric(float64(c.Policies), "policies")
-	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkIPTNetlinkVsRestore programs the iptables rendering of 20,000 policies (as
+// BenchmarkNFTNetlinkVsNft: 5,000 local pods, 90,000 rules, 25,000 chains) through netlink
+// (applyIPTNetlink) and with the tools (applyIPTTools: iptables-nft-save, ipset restore,
+// iptables-nft-restore of the whole table), paired (nftnltest.Paired). Run with -benchtime Nx:
+//
+//	go test -run '^$' -bench IPTNetlinkVsRestore -benchtime 6x ./internal/engine/policy/
+func BenchmarkIPTNetlinkVsRestore(b *testing.B) {
+	sets, filter, c := RenderIPTables(applyBenchProgram(5000, 10000))
+	nftnltest.Paired(b, "netlink", "tools", map[string]func(ns string) error{
+		"netlink": func(ns string) error { return applyIPTNetlink(ns, sets, filter) },
+		"tools":   func(ns string) error { return applyIPTTools(ns, "nft", sets, filter) },
+	}, nil)
+	b.ReportMetric(float64(c.Policies), "policies")
+	b.ReportMetric(float64(c.Rules), "rules")
 }

@@ -70,6 +70,20 @@ func RenderIPTables(p *Program) (ipset []byte, filter []byte, c Counts) {
 		c.Rules++
 	}
 
+	// The builders sized for the rendering (growing them copied 5 MB over and over at
+	// 20,000 policies): about 100 bytes a rule, 40 a declaration.
+	n := 3 + 2*len(p.Pods)
+	for _, f := range p.Pods {
+		n += 4 + len(f.EgressOf) + len(f.IngressOf)
+	}
+	for _, pol := range p.Policies {
+		n++
+		for _, r := range append(pol.Ingress[:len(pol.Ingress):len(pol.Ingress)], pol.Egress...) {
+			n += 2 * len(r.Peers) * len(r.Ports)
+		}
+	}
+	rules.Grow(100 * n)
+	decl.Grow(40 * (2 + len(p.Pods) + len(p.Policies)))
 	chain(IPTablesTopChain)
 	chain(IPTablesIdleChain)
 	rule(IPTablesTopChain, "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")

@@ -36,7 +36,21 @@ func (b IPTablesBackend) tool(restore bool) string {
 // /run/xtables.lock). iptables-legacy locks that one file whatever the network namespace, so
 // lab nodes sharing the host's /run would program one after the other; a lock file per node,
 // as every real node has, lets them program at once.
+//
+// With iptables-nft the same is written without the tools where the input allows (nearly
+// always): applyIPTNetlink; the tools' way (applyIPTTools) is what is left for the rest and
+// for iptables-legacy.
 func ApplyIPTables(nsPath string, backend IPTablesBackend, lock string, input []byte) error {
+	if backend != "legacy" {
+		if err := applyIPTNetlink(nsPath, input); !errors.Is(err, errIPTUntranslated) {
+			return err
+		}
+	}
+	return applyIPTTools(nsPath, backend, lock, input)
+}
+
+// applyIPTTools is ApplyIPTables with the backend's tools.
+func applyIPTTools(nsPath string, backend IPTablesBackend, lock string, input []byte) error {
 	var env []string
 	if lock != "" {
 		env = []string{"XTABLES_LOCKFILE=" + lock}

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/cnibench/cnibench/internal/nftnl/nftnltest"
 )
 
 // benchServices is the benchmark's Service count, each with one endpoint.
@@ -137,4 +139,19 @@ func benchProgram(b *testing.B, e benchEngine, opt Options) {
 	b.ReportMetric(float64(cnt.Elements), "elements")
 	b.ReportMetric(float64(size)/1e6, "input_MB")
 	b.ReportMetric(0, "ns/op") // the seconds above say it better
+}
+
+// BenchmarkIPTNetlinkVsRestore programs kube-proxy's iptables rendering of 10,000 Services
+// (one endpoint each: 20,003 chains, 50,004 rules, each with its comment) through netlink
+// (applyIPTNetlink) and with iptables-nft-restore --noflush (applyIPTTools), paired
+// (nftnltest.Paired). Run with -benchtime Nx:
+//
+//	go test -run '^$' -bench IPTNetlinkVsRestore -benchtime 6x ./internal/engine/proxy/
+func BenchmarkIPTNetlinkVsRestore(b *testing.B) {
+	in, c := RenderIPTables(benchSvcs(benchServices), Options{ClusterCIDR: "10.244.0.0/16"})
+	nftnltest.Paired(b, "netlink", "tools", map[string]func(ns string) error{
+		"netlink": func(ns string) error { return applyIPTNetlink(ns, in) },
+		"tools":   func(ns string) error { return applyIPTTools(ns, "nft", "", in) },
+	}, nil)
+	b.ReportMetric(float64(c.Rules), "rules")
 }

@@ -4,9 +4,10 @@ import "github.com/cnibench/cnibench/internal/engine/policy"
 
 // iptablesPolicy: kube-router's layout (KUBE-ROUTER-FORWARD dispatching each local pod's
 // address to its KUBE-POD-FW chain, a KUBE-NWPLCY chain per policy, ipsets for selectors,
-// named ports and ipBlocks), applied with one ipset restore and one filter-table restore
-// (iptables-nft); partial syncs write only the chains and sets that changed
-// (policy.RenderIPTablesPartial).
+// named ports and ipBlocks), applied with one ipset restore and one transaction of the
+// filter table as iptables-nft writes it (over netlink: policy.ApplyIPTables); partial syncs
+// write only the chains and sets that changed (policy.RenderIPTablesPartial), with
+// iptables-nft-restore --noflush.
 type iptablesPolicy struct{}
 
 func init() { RegisterPolicy(iptablesPolicy{}) }

@@ -3,8 +3,10 @@ package dataplane
 import "github.com/cnibench/cnibench/internal/engine/proxy"
 
 // iptablesProxy: kube-proxy's iptables layout (KUBE-SERVICES -> KUBE-SVC-<hash> ->
-// KUBE-SEP-<hash>, statistic --mode random), applied with one iptables-restore per node through
-// iptables-nft ("iptables", Debian's default) or iptables-legacy.
+// KUBE-SEP-<hash>, statistic --mode random), applied per node as one iptables-restore
+// --noflush would apply it: with iptables-nft ("iptables", Debian's default) one transaction
+// of the objects iptables-nft makes, written over netlink (proxy.ApplyIPTables); with
+// iptables-legacy its iptables-restore.
 type iptablesProxy struct {
 	name    string
 	backend proxy.IPTablesBackend

@@ -15,7 +15,9 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/cnibench/cnibench/internal/netns/netnstest"
 	"github.com/cnibench/cnibench/internal/nftnl"
+	"github.com/cnibench/cnibench/internal/stats"
 )
 
 // DebugListing is table ip TABLE in the network namespace at ns as `nft --debug=netlink list table` prints it: the listing,
@@ -61,9 +63,9 @@ func FirstDiff(a, b string) string {
 	return ""
 }
 
-// RawObjects dumps the tables, chains and sets of the network namespace at ns (msg: NFT_MSG_GETTABLE, ...) as
-// the kernel holds them: every attribute but handles and use counts, in hex, one object a
-// line, sorted.
+// RawObjects dumps the tables, chains, sets or rules of the network namespace at ns (msg:
+// NFT_MSG_GETTABLE, ...) as the kernel holds them: every attribute but handles, positions and
+// use counts, in hex, one object a line, sorted.
 func RawObjects(t testing.TB, ns string, msg int) []string {
 	t.Helper()
 	f, err := os.Open(ns)
@@ -85,6 +87,7 @@ func RawObjects(t testing.TB, ns string, msg int) []string {
 		unix.NFT_MSG_GETTABLE: {4: true, unix.NFTA_TABLE_USE: true},
 		unix.NFT_MSG_GETCHAIN: {unix.NFTA_CHAIN_HANDLE: true, unix.NFTA_CHAIN_USE: true},
 		unix.NFT_MSG_GETSET:   {16: true},
+		unix.NFT_MSG_GETRULE:  {unix.NFTA_RULE_HANDLE: true, unix.NFTA_RULE_POSITION: true},
 	}[msg]
 	var out []string
 	for _, r := range replies {
@@ -157,4 +160,50 @@ func Parts(tb testing.TB, ns string, translate func() (*nftnl.Batch, error)) (tr
 		tb.Fatal(err)
 	}
 	return t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), time.Since(t2).Seconds()
+}
+
+// Paired runs two ways of programming a namespace paired, for a benchmark: each iteration
+// runs both, in alternating order, each into a fresh namespace and then again over the table
+// it made (a full resync), then each (if not nil). Reported: the mean seconds of each way,
+// fresh and again, and the ratio other/first with its 95 % interval.
+func Paired(b *testing.B, first, other string, ways map[string]func(ns string) error, each func()) {
+	took := map[string]map[int]float64{} // "<way> fresh|again" -> iteration -> s
+	for i := range b.N {
+		order := []string{first, other}
+		if i%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, w := range order {
+			ns, _ := netnstest.Scratch(b)
+			for _, when := range []string{"fresh", "again"} {
+				t0 := time.Now()
+				if err := ways[w](ns); err != nil {
+					b.Fatalf("%s %s: %v", w, when, err)
+				}
+				k := w + " " + when
+				if took[k] == nil {
+					took[k] = map[int]float64{}
+				}
+				took[k][i] = time.Since(t0).Seconds()
+			}
+		}
+		if each != nil {
+			each()
+		}
+	}
+	n := float64(b.N)
+	for _, when := range []string{"fresh", "again"} {
+		for _, w := range []string{first, other} {
+			sum := 0.0
+			for _, v := range took[w+" "+when] {
+				sum += v
+			}
+			b.ReportMetric(sum/n, w+"_"+when+"_s")
+		}
+		r := stats.PairedRatio(took[other+" "+when], took[first+" "+when])
+		b.ReportMetric(r.Ratio, other+"/"+first+"_"+when)
+		b.ReportMetric(r.CI95Low, "ratio_lo_"+when)
+		b.ReportMetric(r.CI95High, "ratio_hi_"+when)
+	}
+	b.ReportMetric(0, "ns/op")
 }

@@ -295,6 +295,15 @@ type Cluster interface {
 	Close(ctx context.Context) error
 }
 
+// ConcurrentTeardown is what a backend offers whose fixtures (the pods, Services and policies
+// of different cases, each under names of its own) may be torn down at the same time: on a
+// real cluster a teardown is mostly waiting for the kubelets to stop pods (2.5-2.8 s a
+// fixture on the project's test cluster), and a block's fixtures then wait together. The
+// runner asks with a type assertion; without it, fixtures are torn down one after another.
+type ConcurrentTeardown interface {
+	ConcurrentTeardown() bool
+}
+
 // BarePairer is what a backend that can join two pods by nothing but one veth pair offers
 // (the baseline "bare"); a scenario asks for it with a type assertion and reports the case as
 // unsupported where the backend lacks it.

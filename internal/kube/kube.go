@@ -222,6 +222,11 @@ func (c *Cluster) Facts() cluster.Facts {
 	return f
 }
 
+// ConcurrentTeardown implements cluster.ConcurrentTeardown: fixtures' objects are the API
+// server's, deleted and waited for in parallel calls (DeletePods), and Cluster's own state is
+// guarded by its lock.
+func (c *Cluster) ConcurrentTeardown() bool { return true }
+
 // Close implements cluster.Cluster: deletes the run namespace (foreground propagation) and
 // waits until it is gone. Idempotent.
 func (c *Cluster) Close(ctx context.Context) (err error) {

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
@@ -271,6 +272,14 @@ type slot struct {
 	err     error // building it failed: its cases are recorded as failed or skipped
 }
 
+// clusterOf is the slot's cluster (nil: no slot, or none built).
+func (s *slot) clusterOf() cluster.Cluster {
+	if s == nil {
+		return nil
+	}
+	return s.cl
+}
+
 // caseState is what the runner knows of a case during a run.
 type caseState struct {
 	cs result.CaseSpec
@@ -500,9 +509,7 @@ func (r *run) blocks(ctx context.Context) error {
 		}
 		r.closeClusters(need)
 		err := r.block(ctx, bi, todo)
-		for _, c := range todo {
-			r.closeFixture(c)
-		}
+		r.closeFixtures(todo)
 		if err != nil {
 			return err
 		}
@@ -563,6 +570,29 @@ func (r *run) closeClusters(keep map[string]bool) {
 			r.prog.Log("teardown %s %s: %v", s.key.Backend, f.Name, err)
 		}
 	}
+}
+
+// closeFixtures tears the block's fixtures down: at the same time where their cluster allows
+// it (cluster.ConcurrentTeardown), else one after the other.
+func (r *run) closeFixtures(cases []*caseState) {
+	var together []*caseState
+	for _, c := range cases {
+		s := r.clusters[r.slotKey(c.cs)]
+		if ct, ok := s.clusterOf().(cluster.ConcurrentTeardown); ok && c.fx != nil && ct.ConcurrentTeardown() {
+			together = append(together, c)
+			continue
+		}
+		r.closeFixture(c)
+	}
+	var wg sync.WaitGroup
+	for _, c := range together {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.closeFixture(c) // (writes only c's fields; Progress.Log locks)
+		}()
+	}
+	wg.Wait()
 }
 
 func (r *run) closeFixture(c *caseState) {

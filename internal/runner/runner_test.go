@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cnibench/cnibench/internal/cluster"
 	"github.com/cnibench/cnibench/internal/cluster/clustertest"
@@ -66,6 +67,10 @@ type model struct {
 	names    map[string]string // case id -> fixture name given by the runner
 	fixtures int
 	closed   int
+	// closing and maxClosing count the fixtures in Close at once; closeGate, if set, holds
+	// each Close until all it counts have come.
+	closing, maxClosing int
+	closeGate           *sync.WaitGroup
 }
 
 var (
@@ -124,6 +129,23 @@ func (f *synthFixture) Trial(ctx context.Context, d int) (scenario.Measurement, 
 func (f *synthFixture) Close(context.Context) error {
 	f.w.mu.Lock()
 	f.w.closed++
+	f.w.closing++
+	f.w.maxClosing = max(f.w.maxClosing, f.w.closing)
+	gate := f.w.closeGate
+	f.w.mu.Unlock()
+	if gate != nil {
+		gate.Done()
+		all := make(chan struct{})
+		go func() { gate.Wait(); close(all) }()
+		select { // every fixture of the block in Close at once (else maxClosing says so)
+		case <-all:
+		case <-time.After(5 * time.Second):
+		}
+	} else {
+		time.Sleep(10 * time.Millisecond) // room for an overlap, were there one
+	}
+	f.w.mu.Lock()
+	f.w.closing--
 	f.w.mu.Unlock()
 	return nil
 }
@@ -810,5 +832,44 @@ func TestRunWithoutCases(t *testing.T) {
 	sum, err := Run(context.Background(), nil, opt)
 	if err != nil || len(sum.Results) != 0 || cl.built != 0 {
 		t.Errorf("no cases: %d results, %d clusters, error %v; want none and no error", len(sum.Results), cl.built, err)
+	}
+}
+
+// concurrentCluster is a cluster whose fixtures may be torn down at the same time.
+type concurrentCluster struct{ countingCluster }
+
+func (concurrentCluster) ConcurrentTeardown() bool { return true }
+
+// A block's fixtures are torn down together where their cluster allows it
+// (cluster.ConcurrentTeardown: every Close in flight at once), one after the other where it
+// does not; either way each once.
+func TestFixturesTornDownTogether(t *testing.T) {
+	for _, concurrent := range []bool{true, false} {
+		w := newModel(t, 1)
+		cases := []result.CaseSpec{synth("x", "tcp", 1, nil), synth("x", "crr", 1, nil)}
+		for i := range cases {
+			cases[i].Case.Dataplane = "cluster"
+			cases[i].Case.ID = cases[i].Case.MakeID()
+		}
+		cl := &clusters{}
+		opts := runOpts(t.TempDir(), cl, cluster.Standing{}, Settings{Seed: 1})
+		if concurrent {
+			w.closeGate = &sync.WaitGroup{}
+			w.closeGate.Add(len(cases))
+			opts.NewCluster = func(ctx context.Context, k cluster.Key) (cluster.Cluster, error) {
+				c, err := cl.new(ctx, k)
+				return concurrentCluster{c.(countingCluster)}, err
+			}
+		}
+		if _, err := Run(context.Background(), cases, opts); err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if concurrent {
+			want = len(cases)
+		}
+		if w.closed != len(cases) || w.maxClosing != want {
+			t.Errorf("concurrent teardown %v: %d fixtures closed, at most %d at once; want %d, %d", concurrent, w.closed, w.maxClosing, len(cases), want)
+		}
 	}
 }

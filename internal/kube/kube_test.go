@@ -17,9 +17,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/klog/v2"
 
@@ -420,6 +422,7 @@ func TestClean(t *testing.T) {
 		ns("cnibench-away1", mine, run(host+"-other", 1, 1, now.Add(-time.Minute))),         // elsewhere, fresh heartbeat
 		ns("cnibench-away2", mine, run(host+"-other", 1, 1, now.Add(-10*time.Minute))),      // elsewhere, stale
 		ns("cnibench-lookalike", nil, nil),
+		terminating(ns("cnibench-term1", mine, run(host, ended.Process.Pid, self.Start, now))), // its run ended, its deletion under way
 		ns("monitoring", map[string]string{ManagedBy: "Helm"}, nil),
 		ns("default", nil, nil),
 		fakeNode("cnibench-live1-fake-0", "cnibench-live1"),
@@ -432,8 +435,9 @@ func TestClean(t *testing.T) {
 	if want := []string{"cnibench-away2", "cnibench-dead1", "cnibench-old01"}; !slices.Equal(names, want) {
 		t.Errorf("Clean deleted %v, want %v", names, want)
 	}
-	if len(skipped) != 2 || !strings.HasPrefix(skipped[0], "cnibench-away1: run by pid 1 on "+host+"-other, heartbeat 1m") ||
-		!strings.HasPrefix(skipped[1], "cnibench-live1: run by pid") || !strings.Contains(skipped[1], "still running") {
+	if len(skipped) != 3 || !strings.HasPrefix(skipped[0], "cnibench-away1: run by pid 1 on "+host+"-other, heartbeat 1m") ||
+		!strings.HasPrefix(skipped[1], "cnibench-live1: run by pid") || !strings.Contains(skipped[1], "still running") ||
+		skipped[2] != "cnibench-term1: being deleted already" {
 		t.Errorf("skipped %q", skipped)
 	}
 	left := func() []string {
@@ -445,18 +449,62 @@ func TestClean(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	if want := []string{"cnibench-away1", "cnibench-live1", "cnibench-lookalike", "default", "monitoring"}; !slices.Equal(left(), want) {
+	if want := []string{"cnibench-away1", "cnibench-live1", "cnibench-lookalike", "cnibench-term1", "default", "monitoring"}; !slices.Equal(left(), want) {
 		t.Errorf("left %v, want %v", left(), want)
 	}
 	// Fake nodes of a standing run stay; those of a run whose namespace is gone go.
 	if fn, err := CleanFakeNodes(ctx, cs, false); err != nil || !slices.Equal(fn, []string{"cnibench-gone1-fake-0"}) {
 		t.Errorf("CleanFakeNodes = %v, %v", fn, err)
 	}
-	if names, skipped, err := Clean(ctx, cs, true); err != nil || len(skipped) != 0 || !slices.Equal(names, []string{"cnibench-away1", "cnibench-live1"}) {
+	if names, skipped, err := Clean(ctx, cs, true); err != nil || len(skipped) != 1 || !slices.Equal(names, []string{"cnibench-away1", "cnibench-live1"}) {
 		t.Errorf("forced Clean: %v %v %v", names, skipped, err)
 	}
-	if want := []string{"cnibench-lookalike", "default", "monitoring"}; !slices.Equal(left(), want) {
+	if want := []string{"cnibench-lookalike", "cnibench-term1", "default", "monitoring"}; !slices.Equal(left(), want) {
 		t.Errorf("left %v, want %v", left(), want)
+	}
+}
+
+// terminating marks a namespace as being deleted (as the API server does until the namespace
+// controller has emptied it).
+func terminating(n *corev1.Namespace) *corev1.Namespace {
+	now := metav1.Now()
+	n.DeletionTimestamp, n.Finalizers = &now, []string{"kubernetes"}
+	return n
+}
+
+// Close waits for the run's pods to be gone, not for the namespace object: on a real cluster
+// that stays a few seconds longer, until the namespace controller has finished (here, as
+// there, the delete leaves it, being deleted).
+func TestCloseWaitsForPodsNotNamespace(t *testing.T) {
+	ctx := context.Background()
+	cs := twoNodes()
+	c := newCluster(t, cs, Config{RunID: "r"})
+	ns := c.Namespace()
+	cs.PrependReactor("delete", "namespaces", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		got, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("namespaces"), "", ns)
+		if err != nil {
+			return true, nil, err
+		}
+		return true, nil, cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("namespaces"), terminating(got.(*corev1.Namespace)), "")
+	})
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const stops = 300 * time.Millisecond // the kubelet stopping the pod
+	go func() {
+		time.Sleep(stops)
+		_ = cs.CoreV1().Pods(ns).Delete(ctx, "p", metav1.DeleteOptions{})
+	}()
+	start := time.Now()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < stops {
+		t.Errorf("Close returned after %s, before the pod was gone", el)
+	}
+	got, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil || got.DeletionTimestamp == nil {
+		t.Errorf("namespace after Close: %v %v, want it there, being deleted", got, err)
 	}
 }
 

@@ -67,7 +67,11 @@ func (b *Batch) IPTRule(chain string, args []string, insert bool) error {
 	if err != nil {
 		return err
 	}
-	exprs, raw := make([]expr.Any, 0, 8), make([][]byte, 0, 8)
+	exprs := make([]expr.Any, 0, 8)
+	var raw [][]byte // with b.Repeated, the parts' marshalled expressions (else ruleMsg's work)
+	if b.Repeated {
+		raw = make([][]byte, 0, 8)
+	}
 	add := func(key func() string, build func() ([]expr.Any, error)) error {
 		x, err := b.part(key, build)
 		exprs, raw = append(exprs, x.exprs...), append(raw, x.raw...)
@@ -80,16 +84,20 @@ func (b *Batch) IPTRule(chain string, args []string, insert bool) error {
 			return err
 		}
 	}
-	for i, a := range []iptOpt{p.src, p.dst} {
+	for _, a := range []struct {
+		iptOpt
+		key    string // of the part: "s" or "d", "!" if inverted
+		offset uint32 // in the IPv4 header
+	}{{p.src, "s", 12}, {p.dst, "d", 16}} {
 		if a.val == "" || (strings.HasSuffix(a.val, "/0") && !a.inv) {
 			continue // iptables leaves out a match of any address
 		}
 		op := expr.CmpOpEq
 		if a.inv {
-			op = expr.CmpOpNeq
+			op, a.key = expr.CmpOpNeq, a.key+"!"
 		}
-		if err := add(func() string { return []string{"s", "d"}[i] + map[bool]string{true: "!"}[a.inv] + a.val }, func() ([]expr.Any, error) {
-			ex, err := addrMatch([]uint32{12, 16}[i], op, a.val)
+		if err := add(func() string { return a.key + a.val }, func() ([]expr.Any, error) {
+			ex, err := addrMatch(a.offset, op, a.val)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %v", ErrUntranslated, err)
 			}
@@ -107,7 +115,11 @@ func (b *Batch) IPTRule(chain string, args []string, insert bool) error {
 		return err
 	}
 	if p.target.name != "" {
-		if err := add(func() string { return map[bool]string{false: "j\x00", true: "g\x00"}[p.goTo] + p.target.key() }, func() ([]expr.Any, error) {
+		kind := "j\x00"
+		if p.goTo {
+			kind = "g\x00"
+		}
+		if err := add(func() string { return kind + p.target.key() }, func() ([]expr.Any, error) {
 			ex, err := iptTarget(p.target, p.goTo)
 			return []expr.Any{ex}, err
 		}); err != nil {
@@ -134,29 +146,36 @@ func (b *Batch) IPTRule(chain string, args []string, insert bool) error {
 
 // iptOpt is one option's value(s), and whether a "!" came before it.
 type iptOpt struct {
+	name string
 	val  string
 	vals []string
 	inv  bool
 }
 
-// iptExt is a match or target with the options given to it.
+// iptExt is a match or target with the options given to it, in the order given (a few: a
+// list is cheaper than a map here).
 type iptExt struct {
 	name string
-	opts map[string]iptOpt
+	opts []iptOpt
+}
+
+// opt is the option called name, if given.
+func (e *iptExt) opt(name string) (iptOpt, bool) {
+	for _, o := range e.opts {
+		if o.name == name {
+			return o, true
+		}
+	}
+	return iptOpt{}, false
 }
 
 // key is the extension with its options, as a map key: the same key, the same expressions.
 func (e *iptExt) key() string {
 	var k strings.Builder
 	k.WriteString(e.name)
-	names := make([]string, 0, len(e.opts))
-	for n := range e.opts {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		o := e.opts[n]
-		k.WriteString("\x00" + n)
+	opts := slices.SortedFunc(slices.Values(e.opts), func(a, b iptOpt) int { return strings.Compare(a.name, b.name) })
+	for _, o := range opts {
+		k.WriteString("\x00" + o.name)
 		if o.inv {
 			k.WriteString("\x00!")
 		}
@@ -168,14 +187,15 @@ func (e *iptExt) key() string {
 }
 
 // xpart is one part of a rule (the protocol, an address, a match, the counter, the
-// target): its expressions and those marshalled.
+// target): its expressions and, for the cache of b.Repeated, those marshalled.
 type xpart struct {
 	exprs []expr.Any
 	raw   [][]byte
 }
 
 // part is the part of key, built, or with b.Repeated from the batch's cache (and kept
-// there): a part is marshalled once however many rules have it.
+// there, marshalled): a part is marshalled once however many rules have it. Without,
+// ruleMsg marshals the rule's expressions straight into its message.
 func (b *Batch) part(key func() string, build func() ([]expr.Any, error)) (xpart, error) {
 	var k string
 	if b.Repeated {
@@ -188,13 +208,14 @@ func (b *Batch) part(key func() string, build func() ([]expr.Any, error)) (xpart
 	if err != nil {
 		return xpart{}, err
 	}
-	x := xpart{exprs: ex, raw: make([][]byte, len(ex))}
-	for i, e := range ex {
-		if x.raw[i], err = expr.Marshal(byte(nftables.TableFamilyIPv4), e); err != nil {
-			return xpart{}, err
-		}
-	}
+	x := xpart{exprs: ex}
 	if b.Repeated {
+		x.raw = make([][]byte, len(ex))
+		for i, e := range ex {
+			if x.raw[i], err = expr.Marshal(byte(nftables.TableFamilyIPv4), e); err != nil {
+				return xpart{}, err
+			}
+		}
 		if b.parts == nil {
 			b.parts = map[string]xpart{}
 		}
@@ -257,7 +278,10 @@ func parseIPT(args []string) (iptParsed, error) {
 			default:
 				pr, ok := protos[v]
 				if !ok || inv {
-					return p, untranslated("protocol %s%q", map[bool]string{true: "! "}[inv], v)
+					if inv {
+						v = "! " + v
+					}
+					return p, untranslated("protocol %q", v)
 				}
 				p.proto = pr
 			}
@@ -269,7 +293,7 @@ func parseIPT(args []string) (iptParsed, error) {
 			if _, ok := iptOptions[v]; !ok || inv || strings.ToUpper(v) == v {
 				return p, untranslated("match %q", v)
 			}
-			p.matches = append(p.matches, &iptExt{name: v, opts: map[string]iptOpt{}})
+			p.matches = append(p.matches, &iptExt{name: v})
 		case a == "-j" || a == "-g":
 			v, err := val()
 			if err != nil {
@@ -278,7 +302,7 @@ func parseIPT(args []string) (iptParsed, error) {
 			if p.target.name != "" || inv {
 				return p, untranslated("a second target %q", v)
 			}
-			p.target, p.goTo = iptExt{name: v, opts: map[string]iptOpt{}}, a == "-g"
+			p.target, p.goTo = iptExt{name: v}, a == "-g"
 		case strings.HasPrefix(a, "--"):
 			// The option's owner: the target, else the last match loaded that takes it,
 			// else the protocol's match, loaded for it (iptables does so for --dport).
@@ -292,24 +316,24 @@ func parseIPT(args []string) (iptParsed, error) {
 				}
 			}
 			if pn := protoName(p.proto); owner == nil && pn != "" && iptOptions[pn][a] > 0 {
-				owner = &iptExt{name: pn, opts: map[string]iptOpt{}}
+				owner = &iptExt{name: pn}
 				p.matches = append(p.matches, owner)
 			}
 			if owner == nil {
 				return p, untranslated("option %q", a)
 			}
-			if _, dup := owner.opts[a]; dup {
+			if _, dup := owner.opt(a); dup {
 				return p, untranslated("option %q twice", a)
 			}
 			n := iptOptions[owner.name][a]
 			if i+n >= len(args) {
 				return p, untranslated("%s wants %d values", a, n)
 			}
-			o := iptOpt{vals: args[i+1 : i+1+n], inv: inv}
+			o := iptOpt{name: a, vals: args[i+1 : i+1+n], inv: inv}
 			if n > 0 {
 				o.val = o.vals[0]
 			}
-			owner.opts[a], i = o, i+n
+			owner.opts, i = append(owner.opts, o), i+n
 		default:
 			return p, untranslated("%q", a)
 		}
@@ -336,12 +360,12 @@ func (b *Batch) iptMatch(m *iptExt, proto byte) ([]expr.Any, error) {
 	untranslated := func(format string, a ...any) error {
 		return fmt.Errorf("%w: -m %s: "+format, append([]any{ErrUntranslated, m.name}, a...)...)
 	}
-	for name, o := range m.opts {
+	for _, o := range m.opts {
 		if o.inv && !(m.name == "mark" || m.name == "addrtype") {
-			return nil, untranslated("! %s", name)
+			return nil, untranslated("! %s", o.name)
 		}
 	}
-	opt := func(name string) (iptOpt, bool) { o, ok := m.opts[name]; return o, ok }
+	opt := m.opt
 	switch m.name {
 	case "tcp", "udp", "sctp":
 		if proto != protos[m.name] {
@@ -508,9 +532,9 @@ func iptTarget(t iptExt, goTo bool) (expr.Any, error) {
 	untranslated := func(format string, a ...any) error {
 		return fmt.Errorf("%w: target %s: "+format, append([]any{ErrUntranslated, t.name}, a...)...)
 	}
-	for name, o := range t.opts {
+	for _, o := range t.opts {
 		if o.inv {
-			return nil, untranslated("! %s", name)
+			return nil, untranslated("! %s", o.name)
 		}
 	}
 	if goTo && strings.ToUpper(t.name) == t.name && !strings.ContainsAny(t.name, "-_0123456789") {
@@ -523,7 +547,10 @@ func iptTarget(t iptExt, goTo bool) (expr.Any, error) {
 		// struct xt_mark_tginfo2: mark, mask (--or-mark V: V/V, --xor-mark V: V/0).
 		var v, mask uint32
 		var err error
-		switch o, x, or := t.opts["--set-xmark"], t.opts["--xor-mark"], t.opts["--or-mark"]; {
+		o, _ := t.opt("--set-xmark")
+		x, _ := t.opt("--xor-mark")
+		or, _ := t.opt("--or-mark")
+		switch {
 		case len(t.opts) != 1:
 			return nil, untranslated("one of --set-xmark, --or-mark, --xor-mark")
 		case o.val != "":
@@ -540,7 +567,7 @@ func iptTarget(t iptExt, goTo bool) (expr.Any, error) {
 		info := binaryutil.NativeEndian.PutUint32(v)
 		return &expr.Target{Name: "MARK", Rev: 2, Info: ptrUnknown(append(info, binaryutil.NativeEndian.PutUint32(mask)...))}, nil
 	case "DNAT":
-		o, ok := t.opts["--to-destination"]
+		o, ok := t.opt("--to-destination")
 		if !ok {
 			return nil, untranslated("without --to-destination")
 		}
@@ -570,7 +597,7 @@ func iptTarget(t iptExt, goTo bool) (expr.Any, error) {
 		// struct nf_nat_ipv4_multi_range_compat: one range (flags: random-fully 16).
 		info := make([]byte, 24)
 		binary.NativeEndian.PutUint32(info, 1)
-		if _, ok := t.opts["--random-fully"]; ok {
+		if _, ok := t.opt("--random-fully"); ok {
 			binary.NativeEndian.PutUint32(info[4:], 16)
 		}
 		return &expr.Target{Name: "MASQUERADE", Rev: 0, Info: ptrUnknown(info)}, nil

@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -28,20 +27,14 @@ COMMIT
 // and the names of its ipsets, sorted.
 func iptSaved(t *testing.T, ns string) string {
 	t.Helper()
-	save, err := output(ns, "iptables-nft-save", []string{"-t", "filter"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sets, err := output(ns, "ipset", []string{"list", "-n"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := strings.Fields(string(sets))
 	slices.Sort(names)
-	return saveComments.ReplaceAllString(string(save), "") + "ipsets: " + strings.Join(names, " ")
+	return nftnltest.IPTSave(t, ns, "filter") + "ipsets: " + strings.Join(names, " ")
 }
-
-var saveComments = regexp.MustCompile(`(?m)^#.*\n?`)
 
 // iptRaw is every rule, chain and table of the namespace at ns as the kernel holds it
 // (nftnltest.RawObjects: every attribute, the xt matches' and targets' structures included).

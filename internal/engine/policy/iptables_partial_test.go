@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cnibench/cnibench/internal/netns/netnstest"
+	"github.com/cnibench/cnibench/internal/nftnl/nftnltest"
 )
 
 // iptPartialRun runs argv in the namespace at ns and returns its standard output.
@@ -107,25 +108,6 @@ func iptSnapshot(t testing.TB, ns, backend string) string {
 		fmt.Fprintf(&b, "set %s %s\n  %s\n", n, creates[n], strings.Join(m, "\n  "))
 	}
 	return b.String()
-}
-
-// iptFirstDiff shows where two snapshots part.
-func iptFirstDiff(a, b string) string {
-	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
-	for i := 0; i < len(al) || i < len(bl); i++ {
-		var x, y string
-		if i < len(al) {
-			x = al[i]
-		}
-		if i < len(bl) {
-			y = bl[i]
-		}
-		if x != y {
-			lo := max(0, i-3)
-			return fmt.Sprintf("line %d:\n  partial: %q\n  full:    %q\npartial around it:\n%s", i+1, x, y, strings.Join(al[lo:min(len(al), i+4)], "\n"))
-		}
-	}
-	return "(no difference)"
 }
 
 // iptPartialCluster is a random cluster that changes: two namespaces, pods on this node (Local)
@@ -432,7 +414,7 @@ func (c *iptPartialChecker) step(prog *Program, what string, detail func() strin
 	got, fullSnap := iptSnapshot(t, c.ns, c.backend), iptSnapshot(t, fresh, c.backend)
 	del()
 	if got != fullSnap {
-		fail("the partially programmed namespace differs from a fresh full one: %s\ninput:\n%s", iptFirstDiff(got, fullSnap), inputs())
+		fail("the partially programmed namespace differs from a fresh full one: %s\ninput:\n%s", nftnltest.LineDiff("partial", "full", got, fullSnap), inputs())
 	}
 	return rendering
 }

@@ -142,7 +142,8 @@ func benchProgram(b *testing.B, e benchEngine, opt Options) {
 }
 
 // BenchmarkIPTNetlinkVsRestore programs kube-proxy's iptables rendering of 10,000 Services
-// (one endpoint each: 20,003 chains, 50,004 rules, each with its comment) through netlink
+// (one endpoint each: 20,003 chains, 50,004 rules; the endpoint chains' rules without comments,
+// kube-proxy's large cluster mode) through netlink
 // (applyIPTNetlink) and with iptables-nft-restore --noflush (applyIPTTools), paired
 // (nftnltest.Paired). Run with -benchtime Nx:
 //

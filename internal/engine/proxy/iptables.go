@@ -71,6 +71,8 @@ func Hooks() [][]string {
 // chain (an earlier rendering had NodePorts): then it flushes the rules left from then. The
 // chain itself stays, as the hooks jump to it. A Service without endpoints gets nothing
 // else: kube-proxy rejects its ClusterIP in the filter table, the lab leaves it unreachable.
+// With more than 1,000 endpoints in all, the endpoint chains' rules and the jumps to them go
+// without comments, as in kube-proxy's large cluster mode (largeClusterEndpoints).
 func RenderIPTables(svcs []Service, opt Options) ([]byte, Counts) {
 	w := buildIPT(svcs, opt, nil)
 	filter := w.nodePorts || slices.Contains(opt.Stale, extServicesChain)
@@ -84,7 +86,7 @@ func RenderIPTables(svcs []Service, opt Options) ([]byte, Counts) {
 func buildIPT(svcs []Service, opt Options, prev *IPTState) *iptWriter {
 	svcs = sortedServices(svcs)
 	w := &iptWriter{cnt: Counts{Services: len(svcs)}, nodePorts: hasNodePorts(svcs), noText: prev != nil,
-		svcs: svcs, frags: make([]*iptFrag, len(svcs))}
+		svcs: svcs, frags: make([]*iptFrag, len(svcs)), large: largeCluster(svcs)}
 	for _, c := range []string{"KUBE-SERVICES", "KUBE-POSTROUTING", "KUBE-MARK-MASQ"} {
 		w.chain(c)
 	}
@@ -123,6 +125,21 @@ func buildIPT(svcs []Service, opt Options, prev *IPTState) *iptWriter {
 	return w
 }
 
+// largeClusterEndpoints is kube-proxy's largeClusterEndpointsThreshold (iptables mode): with
+// more endpoints than this over all Service ports, it is in "large cluster mode" and leaves
+// the comments off the rules of the KUBE-SEP- chains and off the jumps to them (in KUBE-SVC-
+// and KUBE-SVL-), "to reduce the size of iptables by 40%+". The other rules keep theirs.
+const largeClusterEndpoints = 1000
+
+// largeCluster says whether kube-proxy renders svcs in large cluster mode.
+func largeCluster(svcs []Service) bool {
+	n := 0
+	for _, s := range svcs {
+		n += len(s.Endpoints)
+	}
+	return n > largeClusterEndpoints
+}
+
 // iptWriter collects an iptables rendering: the nat table's chain declarations and rules,
 // the filter table's rules, and what they hold; and, apart, each Service's part of it.
 type iptWriter struct {
@@ -130,6 +147,7 @@ type iptWriter struct {
 	noText                bool // collect the parts and counts only
 	cnt                   Counts
 	nodePorts             bool // a Service has a NodePort: KUBE-NODEPORTS, the filter rules
+	large                 bool // kube-proxy's large cluster mode: see largeClusterEndpoints
 	// head and tail are the rules written outside any Service's part, before them
 	// (KUBE-POSTROUTING, KUBE-MARK-MASQ) and after them (KUBE-SERVICES's jump to
 	// KUBE-NODEPORTS).
@@ -265,8 +283,9 @@ func (w *iptWriter) service(s Service, opt Options) {
 		w.chain(sep)
 		w.endpoint()
 		w.pick(s, svc, eps, i)
-		w.rule(`-A %s -m comment --comment %s -s %s/32 -j KUBE-MARK-MASQ`, sep, key, e.IP)
-		w.rule(`-A %s -m comment --comment %s -m %s -p %s -j DNAT --to-destination %s`, sep, key, p, p, e)
+		cm := w.endpointComment(key)
+		w.rule(`-A %s %s-s %s/32 -j KUBE-MARK-MASQ`, sep, cm, e.IP)
+		w.rule(`-A %s %s-m %s -p %s -j DNAT --to-destination %s`, sep, cm, p, p, e)
 	}
 	if s.NodePort != 0 {
 		w.external(s, np, opt.ClusterCIDR)
@@ -276,12 +295,22 @@ func (w *iptWriter) service(s Service, opt Options) {
 // pick writes chain's rule that sends a connection to the endpoint chain of eps[i]: with
 // probability 1/(endpoints left), so that each gets the same share; the last one always.
 func (w *iptWriter) pick(s Service, chain string, eps []Endpoint, i int) {
-	key, e := s.PortKey(), eps[i]
+	e := eps[i]
+	cm := w.endpointComment(`"` + s.PortKey() + " -> " + e.String() + `"`)
 	if n := len(eps) - i; n > 1 {
-		w.rule(`-A %s -m comment --comment "%s -> %s" -m statistic --mode random --probability %.10f -j %s`, chain, key, e, 1/float64(n), s.SepChain(e))
+		w.rule(`-A %s %s-m statistic --mode random --probability %.10f -j %s`, chain, cm, 1/float64(n), s.SepChain(e))
 	} else {
-		w.rule(`-A %s -m comment --comment "%s -> %s" -j %s`, chain, key, e, s.SepChain(e))
+		w.rule(`-A %s %s-j %s`, chain, cm, s.SepChain(e))
 	}
+}
+
+// endpointComment is the comment match (with a space after it) of an endpoint chain's rule
+// or a jump to one, as kube-proxy writes it: none in large cluster mode.
+func (w *iptWriter) endpointComment(text string) string {
+	if w.large {
+		return ""
+	}
+	return "-m comment --comment " + text + " "
 }
 
 // external writes s's NodePort path on this node (s has endpoints): KUBE-NODEPORTS ->

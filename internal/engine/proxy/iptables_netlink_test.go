@@ -22,11 +22,7 @@ func iptState(t *testing.T, ns string) (save, raw string) {
 	t.Helper()
 	var b strings.Builder
 	for _, table := range []string{"nat", "filter"} {
-		out, err := exec.Command("nsenter", "--net="+ns, "iptables-nft-save", "-t", table).Output()
-		if err != nil {
-			t.Fatalf("iptables-nft-save -t %s: %v", table, err)
-		}
-		b.WriteString(saveComments.ReplaceAllString(string(out), ""))
+		b.WriteString(nftnltest.IPTSave(t, ns, table))
 	}
 	var objs []string
 	for _, msg := range []int{unix.NFT_MSG_GETTABLE, unix.NFT_MSG_GETCHAIN, unix.NFT_MSG_GETRULE} {
@@ -34,8 +30,6 @@ func iptState(t *testing.T, ns string) (save, raw string) {
 	}
 	return b.String(), strings.Join(objs, "\n")
 }
-
-var saveComments = regexp.MustCompile(`(?m)^#.*\n?`)
 
 // chainCounters is a chain's NFTA_CHAIN_COUNTERS in a RawObjects line.
 var chainCounters = regexp.MustCompile(` 8=0c0002[0-9a-f]{42}`)

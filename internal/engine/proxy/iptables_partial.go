@@ -41,7 +41,10 @@ var iptAlways = []string{"KUBE-SERVICES", nodePortsChain}
 // the same input removes. Opt.Stale is ignored then: prev knows the chains.
 //
 // Only the Services that differ from prev's are rendered again (all of them when
-// opt.NodeName or ClusterCIDR changed). The input still holds one KUBE-SERVICES rule per
+// opt.NodeName or ClusterCIDR changed). When the number of endpoints crosses kube-proxy's
+// large cluster threshold, the Services rendered again follow the new mode and the others
+// keep their rules as they are, comments or none, as kube-proxy's partial syncs do (its
+// TestSyncProxyRulesLargeClusterMode); a full rendering writes them all one way. The input still holds one KUBE-SERVICES rule per
 // Service, about a fifth of a full rendering of Services with one endpoint; and both
 // backends still read and write the whole table (iptables-legacy-restore replaces the
 // table as one blob, and ApplyIPTables makes iptables-nft-restore fetch the whole table,

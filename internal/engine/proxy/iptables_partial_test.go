@@ -128,3 +128,74 @@ func TestIPTablesPartialMatchesFull(t *testing.T) {
 		})
 	}
 }
+
+// kube-proxy's TestSyncProxyRulesLargeClusterMode (pkg/proxy/iptables/proxier_test.go,
+// v1.34.10), replayed: two Services of 499 endpoints keep their endpoint comments; a third
+// of 3 endpoints crosses the 1,000 threshold and its rules (a partial sync) go without
+// them while the others are not rewritten; a full rendering then leaves them off all. The
+// expected lines are the ones that test asserts.
+func TestIPTablesLargeClusterMode(t *testing.T) {
+	svc := func(ns, name, port, ip string, p int, eps []Endpoint) Service {
+		return Service{Namespace: ns, Name: name, PortName: port, ClusterIP: ip, Port: p, Protocol: "tcp", Endpoints: eps}
+	}
+	many := func(net, port int) []Endpoint {
+		eps := make([]Endpoint, largeClusterEndpoints/2-1)
+		for i := range eps {
+			eps[i] = Endpoint{IP: fmt.Sprintf("10.%d.%d.%d", net, i%256, i/256), Port: port}
+		}
+		return eps
+	}
+	svcs := []Service{svc("ns1", "svc1", "p80", "172.30.0.41", 80, many(0, 80)),
+		svc("ns2", "svc2", "p8080", "172.30.0.42", 8080, many(1, 8080))}
+	// count returns the DNAT rule to first and how many of in's DNAT rules (endpoints) and
+	// endpoint comments there are, as kube-proxy's countEndpointsAndComments does.
+	count := func(in []byte, first string) (line string, eps, comments int) {
+		for l := range strings.Lines(string(in)) {
+			l = strings.TrimSuffix(l, "\n")
+			if !strings.HasPrefix(l, "-A KUBE-SEP-") || !strings.Contains(l, "DNAT") {
+				continue
+			}
+			eps++
+			if strings.Contains(l, "-m comment") {
+				comments++
+			}
+			if strings.Contains(l, "--to-destination "+first+":") {
+				line = l
+			}
+		}
+		return line, eps, comments
+	}
+	in, st, _ := RenderIPTablesPartial(nil, svcs, Options{})
+	line, eps, cms := count(in, "10.0.0.0")
+	if want := "-A KUBE-SEP-DKGQUZGBKLTPAR56 -m comment --comment ns1/svc1:p80 -m tcp -p tcp -j DNAT --to-destination 10.0.0.0:80"; line != want {
+		t.Errorf("under the threshold: %q, want %q", line, want)
+	}
+	if eps != 998 || cms != eps {
+		t.Errorf("under the threshold: %d endpoints, %d comments; want 998 each", eps, cms)
+	}
+	svcs = append(svcs, svc("ns3", "svc3", "p8081", "172.30.0.43", 8081,
+		[]Endpoint{{IP: "203.0.113.4", Port: 8081}, {IP: "203.0.113.8", Port: 8081}, {IP: "203.0.113.12", Port: 8081}}))
+	in, _, _ = RenderIPTablesPartial(st, svcs, Options{})
+	line, eps, cms = count(in, "203.0.113.4")
+	if want := "-A KUBE-SEP-RUVVH7YV3PHQBDOS -m tcp -p tcp -j DNAT --to-destination 203.0.113.4:8081"; line != want {
+		t.Errorf("partial, over the threshold: %q, want %q", line, want)
+	}
+	if eps != 3 || cms != 0 {
+		t.Errorf("partial, over the threshold: %d endpoints, %d comments; want 3 and 0", eps, cms)
+	}
+	if pick := "-A " + svcs[2].SvcChain() + " -m statistic --mode random --probability 0.3333333333 -j "; !strings.Contains(string(in), pick) {
+		t.Errorf("partial, over the threshold: no %q in\n%s", pick, in)
+	}
+	in, _ = RenderIPTables(svcs, Options{})
+	line, eps, cms = count(in, "10.0.0.0")
+	if want := "-A KUBE-SEP-DKGQUZGBKLTPAR56 -m tcp -p tcp -j DNAT --to-destination 10.0.0.0:80"; line != want {
+		t.Errorf("full, over the threshold: %q, want %q", line, want)
+	}
+	if eps != 1001 || cms != 0 {
+		t.Errorf("full, over the threshold: %d endpoints, %d comments; want 1001 and 0", eps, cms)
+	}
+	// The Services' own rules keep theirs.
+	if want := `-A KUBE-SERVICES -m comment --comment "ns3/svc3:p8081 cluster IP" -m tcp -p tcp -d 172.30.0.43/32 --dport 8081 -j ` + svcs[2].SvcChain(); !strings.Contains(string(in), want) {
+		t.Errorf("full, over the threshold: no %q", want)
+	}
+}

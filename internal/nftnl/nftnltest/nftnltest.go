@@ -20,6 +20,19 @@ import (
 	"github.com/cnibench/cnibench/internal/stats"
 )
 
+// IPTSave is iptables-nft-save -t table of the network namespace at ns without its comment
+// lines (the tool's version and the time).
+func IPTSave(t testing.TB, ns, table string) string {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--net="+ns, "iptables-nft-save", "-t", table).Output()
+	if err != nil {
+		t.Fatalf("iptables-nft-save -t %s: %v", table, err)
+	}
+	return saveComments.ReplaceAllString(string(out), "")
+}
+
+var saveComments = regexp.MustCompile(`(?m)^#.*\n?`)
+
 // DebugListing is table ip TABLE in the network namespace at ns as `nft --debug=netlink list table` prints it: the listing,
 // then every rule's expressions and user data, with the handles left out.
 func DebugListing(t testing.TB, ns, table string) string {
@@ -44,8 +57,13 @@ func DebugListing(t testing.TB, ns, table string) string {
 
 var nftHandles = regexp.MustCompile(` *# handle \d+| handle \d+`)
 
-// FirstDiff shows the first line where a and b differ, with some context.
-func FirstDiff(a, b string) string {
+// FirstDiff shows the first line where a (nft's) and b (netlink's) differ, with some
+// context ("" if none).
+func FirstDiff(a, b string) string { return LineDiff("nft", "netlink", a, b) }
+
+// LineDiff shows the first line where a and b, named so, differ, with the lines of a
+// before it ("" if none).
+func LineDiff(aName, bName, a, b string) string {
 	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
 	for i := range max(len(al), len(bl)) {
 		var x, y string
@@ -57,7 +75,8 @@ func FirstDiff(a, b string) string {
 		}
 		if x != y {
 			lo := max(0, i-3)
-			return fmt.Sprintf("line %d:\nnft:     %q\nnetlink: %q\nbefore:\n%s", i+1, x, y, strings.Join(al[lo:i], "\n"))
+			w := max(len(aName), len(bName)) + 1
+			return fmt.Sprintf("line %d:\n%-*s %q\n%-*s %q\nbefore:\n%s", i+1, w, aName+":", x, w, bName+":", y, strings.Join(al[lo:i], "\n"))
 		}
 	}
 	return ""

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the project's test cluster runs (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubelet, kube-proxy), kwok, flanneld and Cilium's
-# agent and CNI plugin (with the eBPF sources the agent compiles at start and its CRDs), from
+# kube-controller-manager, kube-scheduler, kubelet, kube-proxy), kwok, flanneld, Cilium's
+# agent and CNI plugin (with the eBPF sources the agent compiles at start and its CRDs) and
+# kube-router, from
 # the Go module proxy, into a cache that later runs reuse (docs/kube-lab.md has the measured
 # recipe).
 # Usage: scripts/kube-build.sh [CACHE_DIR]   (default /var/cache/cnibench/kube-v1.34.10)
@@ -12,13 +13,20 @@ STAGING=v0.34.10
 KWOK=v0.8.0
 FLANNEL=v0.28.10
 CILIUM=v1.20.2
+KUBE_ROUTER=v2.1.0    # the only v2 release the module proxy serves
+# Calico: the monorepo's release-v3.28 branch just after v3.28.5 (2025-08-13), the only
+# version the module proxy serves; its nested api module comes from the standalone
+# projectcalico/api at the pseudo-version tigera/operator pins (the proxy serves no other).
+CALICO=v1.11.0-cni-plugin.0.20250813170300-a0db560f0520
+CALICO_VERSION=v3.28.5-0.20250813-a0db560f0520
+CALICO_API=v0.0.0-20240708202104-e3f70b269c2c
 CACHE=${1:-${CNIBENCH_KUBE_CACHE:-/var/cache/cnibench/kube-$K8S}}
 BIN=$CACHE/bin
 BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 
 have_all() {
-  for b in "${BINARIES[@]}" kwok flanneld cilium-agent cilium-cni; do [ -x "$BIN/$b" ] || return 1; done
-  [ -d "$BIN/cilium-bpf" ] && [ -d "$BIN/cilium-crds" ]
+  for b in "${BINARIES[@]}" kwok flanneld cilium-agent cilium-cni kube-router calico-node calico; do [ -x "$BIN/$b" ] || return 1; done
+  [ -d "$BIN/cilium-bpf" ] && [ -d "$BIN/cilium-crds" ] && [ -d "$BIN/calico-crds" ]
 }
 if have_all; then
   echo "kube-build: binaries present in $BIN"
@@ -97,5 +105,36 @@ if [ ! -x "$BIN/cilium-agent" ] || [ ! -x "$BIN/cilium-cni" ] || [ ! -d "$BIN/ci
   mv "$BIN/cilium-agent.tmp" "$BIN/cilium-agent"
   mv "$BIN/cilium-cni.tmp" "$BIN/cilium-cni"
   rm -rf "$src/cilium"
+fi
+if [ ! -x "$BIN/kube-router" ]; then
+  # kube-router from its module, as its own release build (CGO off, version stamped); its
+  # BGP speaker (gobgp) is a library inside it.
+  echo "kube-build: building kube-router $KUBE_ROUTER"
+  mod=$(cd / && GOFLAGS= go mod download -json "github.com/cloudnativelabs/kube-router/v2@$KUBE_ROUTER" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$mod" ] || { echo "kube-build: kube-router $KUBE_ROUTER: module not downloaded" >&2; exit 1; }
+  rm -rf "$src/kube-router" && cp -r "$mod" "$src/kube-router" && chmod -R u+w "$src/kube-router"
+  (cd "$src/kube-router" && go build -trimpath \
+    -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER" -o "$BIN/kube-router.tmp" ./cmd/kube-router)
+  mv "$BIN/kube-router.tmp" "$BIN/kube-router"
+  rm -rf "$src/kube-router"
+fi
+if [ ! -x "$BIN/calico-node" ] || [ ! -x "$BIN/calico" ] || [ ! -d "$BIN/calico-crds" ]; then
+  # calico-node (felix, confd, the startup and tunnel-address steps in one binary) and the
+  # calico CNI plugin (calico-ipam is the same binary under that name), CGO off: felix's
+  # iptables data plane (its eBPF one needs cgo and libbpf, not built here). The CRDs the
+  # manifests install go next to them.
+  echo "kube-build: building calico-node and the calico CNI plugin $CALICO_VERSION"
+  mod=$(cd / && GOFLAGS= go mod download -json "github.com/projectcalico/calico@$CALICO" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$mod" ] || { echo "kube-build: calico $CALICO: module not downloaded" >&2; exit 1; }
+  rm -rf "$src/calico" && cp -r "$mod" "$src/calico" && chmod -R u+w "$src/calico"
+  v="-X github.com/projectcalico/calico/node/pkg/lifecycle/startup.VERSION=$CALICO_VERSION -X github.com/projectcalico/calico/node/buildinfo.GitVersion=$CALICO_VERSION"
+  (cd "$src/calico" && go mod edit -replace "github.com/projectcalico/api=github.com/projectcalico/api@$CALICO_API" &&
+    go build -trimpath -ldflags "-s -w $v" -o "$BIN/calico-node.tmp" ./node/cmd/calico-node &&
+    go build -trimpath -ldflags "-s -w -X main.VERSION=$CALICO_VERSION" -o "$BIN/calico.tmp" ./cni-plugin/cmd/calico)
+  rm -rf "$BIN/calico-crds" && mkdir -p "$BIN/calico-crds"
+  cp "$src/calico"/libcalico-go/config/crd/*.yaml "$BIN/calico-crds/"
+  mv "$BIN/calico-node.tmp" "$BIN/calico-node"
+  mv "$BIN/calico.tmp" "$BIN/calico"
+  rm -rf "$src/calico"
 fi
 echo "kube-build: done in $(( $(date +%s) - start )) s: $BIN"

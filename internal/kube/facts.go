@@ -37,6 +37,14 @@ const (
 	// run's nodes has a CiliumNode: cilium-agent runs outside the cluster's objects (as the
 	// project's test cluster runs it).
 	CiliumByNodes = "cilium (by CiliumNode objects; no DaemonSet)"
+	// CalicoByAnnotation is the "cni" fact when no known CNI DaemonSet is found but the run's
+	// nodes carry the address annotation calico-node's startup writes on its Node
+	// (Kubernetes datastore): calico-node runs outside the cluster's objects (as the project's
+	// test cluster runs it).
+	CalicoByAnnotation = "calico (by node annotations; no DaemonSet)"
+	// calicoAddressAnnotation is where calico-node (Kubernetes datastore) records its node's
+	// IPv4 address.
+	calicoAddressAnnotation = "projectcalico.org/IPv4Address"
 	// flannelBackendAnnotation is where flanneld (--kube-subnet-mgr, default prefix) writes
 	// its backend type on its Node.
 	flannelBackendAnnotation = "flannel.alpha.coreos.com/backend-type"
@@ -73,7 +81,8 @@ var cniRules = []cniRule{
 //     maps from each of the run's node names to the value in the node's status;
 //   - "cni": the CNI recognised from DaemonSets in cniNamespaces (see cniRules), several
 //     joined with "+" (canal is "calico+flannel"), else FlannelByAnnotation when the run's
-//     nodes carry flanneld's backend annotation, else CiliumByNodes when each of them has a
+//     nodes carry flanneld's backend annotation, else CalicoByAnnotation when they carry
+//     calico-node's address annotation, else CiliumByNodes when each of them has a
 //     CiliumNode, else UnknownCNI; "cni_daemonsets" lists
 //     the matching DaemonSets as namespace/name; "flannel_backend" the backend types in the
 //     nodes' flannel annotations (vxlan, host-gw, ...), when there are any;
@@ -104,6 +113,7 @@ func (c *Cluster) readFacts(ctx context.Context) (map[string]any, error) {
 
 	kernel, osImage, cpu, runtime := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
 	var flannelBackends []string
+	calico := false
 	for _, cn := range c.nodes {
 		n, err := c.cs.CoreV1().Nodes().Get(ctx, cn.Name, metav1.GetOptions{})
 		if apiUnreachable(err) {
@@ -117,6 +127,7 @@ func (c *Cluster) readFacts(ctx context.Context) (map[string]any, error) {
 		if b := n.Annotations[flannelBackendAnnotation]; b != "" && !slices.Contains(flannelBackends, b) {
 			flannelBackends = append(flannelBackends, b)
 		}
+		calico = calico || n.Annotations[calicoAddressAnnotation] != ""
 		ni := n.Status.NodeInfo
 		kernel[cn.Name] = orUnknown(ni.KernelVersion, "the node status reports no kernel version")
 		osImage[cn.Name] = nodeOS(ni)
@@ -162,6 +173,8 @@ func (c *Cluster) readFacts(ctx context.Context) (map[string]any, error) {
 		facts["cni"], facts["cni_daemonsets"] = cni, matched
 	case len(flannelBackends) > 0:
 		facts["cni"] = FlannelByAnnotation
+	case calico:
+		facts["cni"] = CalicoByAnnotation
 	case c.haveCiliumNodes(ctx):
 		facts["cni"] = CiliumByNodes
 	case sysErr != nil:

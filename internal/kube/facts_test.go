@@ -157,7 +157,8 @@ func TestFactsCNI(t *testing.T) {
 }
 
 // flanneld run outside DaemonSets (k3s, the project's test cluster) is known by the backend
-// annotation it writes on its Node; with a flannel DaemonSet the backend is reported too.
+// annotation it writes on its Node; with a flannel DaemonSet the backend is reported too;
+// calico-node outside DaemonSets by its address annotation.
 func TestFactsFlannelAnnotations(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -185,7 +186,21 @@ func TestFactsFlannelAnnotations(t *testing.T) {
 			}
 		})
 	}
-	c, _ := factsCluster(t, Config{})
+	// calico-node's startup outside a DaemonSet (the test cluster) leaves its address
+	// annotation.
+	c, cs := factsCluster(t, Config{})
+	n, err := cs.CoreV1().Nodes().Get(context.Background(), "worker-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations = map[string]string{"projectcalico.org/IPv4Address": "172.30.0.10/24", "projectcalico.org/IPv4VXLANTunnelAddr": "10.244.97.0"}
+	if _, err := cs.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if f := facts(t, c); f["cni"] != CalicoByAnnotation {
+		t.Errorf("calico annotations: cni %q, want %q", f["cni"], CalicoByAnnotation)
+	}
+	c, _ = factsCluster(t, Config{})
 	if b, ok := facts(t, c)["flannel_backend"]; ok {
 		t.Errorf("flannel_backend %v without annotations", b)
 	}

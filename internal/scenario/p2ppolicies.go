@@ -181,7 +181,10 @@ func (p2pPolicies) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 }
 
 // denied checks enforcement with real connections: the client reaches the server's port, the
-// outsider (admitted by no policy) does not.
+// outsider (admitted by no policy) does not. A real CNI applies policies asynchronously both
+// ways (Cilium regenerates the endpoints they select; kube-router's controller rejects a new
+// pod's traffic until its next sync has put the pod's address in the policies' ipsets), so
+// each is tried until it holds, for up to denyWait.
 func denied(ctx context.Context, cl cluster.Cluster, outsider, client, ip string, port int) error {
 	try := func(pod string) (bool, string, error) {
 		res, err := cl.Exec(ctx, pod, []string{"/bin/busybox", "nc", "-w", "2", ip, strconv.Itoa(port)})
@@ -190,33 +193,39 @@ func denied(ctx context.Context, cl cluster.Cluster, outsider, client, ip string
 		}
 		return res.ExitCode == 0, strings.TrimSpace(string(res.Stderr)), nil
 	}
-	ok, msg, err := try(client)
+	// until tries pod until it reaches the server (reach) or is refused (!reach); it returns
+	// the last attempt's message when the time is up.
+	until := func(pod string, reach bool) (bool, string, error) {
+		deadline := time.Now().Add(denyWait)
+		for {
+			ok, msg, err := try(pod)
+			if err != nil || ok == reach {
+				return true, msg, err
+			}
+			if time.Now().After(deadline) {
+				return false, msg, nil
+			}
+			select {
+			case <-ctx.Done():
+				return false, msg, ctx.Err()
+			case <-time.After(denyRetry):
+			}
+		}
+	}
+	held, msg, err := until(client, true)
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return fmt.Errorf("policies block the client: %s:%d unreachable from the client (%s)", ip, port, msg)
+	if !held {
+		return fmt.Errorf("policies block the client: %s:%d unreachable from the client for %s (%s)", ip, port, denyWait, msg)
 	}
-	// A real CNI applies policies asynchronously (Cilium regenerates the endpoints they
-	// select), so the outsider is tried until it is refused, for up to denyWait.
-	deadline := time.Now().Add(denyWait)
-	for {
-		ok, _, err = try(outsider)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("policies not enforced: a pod no policy admits reached the server at %s:%d (still %s after the policies were created)", ip, port, denyWait)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(denyRetry):
-		}
+	if held, _, err = until(outsider, false); err != nil {
+		return err
 	}
+	if !held {
+		return fmt.Errorf("policies not enforced: a pod no policy admits reached the server at %s:%d (still %s after the policies were created)", ip, port, denyWait)
+	}
+	return nil
 }
 
 // denyWait is how long the policies may take to stop the outsider; denyRetry the pause

@@ -70,6 +70,33 @@ func TestP2PPoliciesRunsWhenOutsiderIsDenied(t *testing.T) {
 	closeEmpty(t, fc, f)
 }
 
+// Where the CNI applies new policies asynchronously and refuses the client at first (as
+// kube-router does until its next sync), the client is tried until it gets through; where it
+// never does, the setup fails saying so and deletes everything.
+func TestP2PPoliciesWaitsForTheClient(t *testing.T) {
+	defer scenario.SetDenyWait(300*time.Millisecond, 10*time.Millisecond)()
+	fc := clustertest.New(clustertest.Config{EnforcePolicies: true, PolicyLag: 3})
+	c := fakeCase("p2p-policies", "calico", "inter", "rr")
+	c.Pods = 2
+	f := mustSetUp(t, fc, c)
+	tries := 0
+	for _, e := range fc.Execs() {
+		if len(e.Cmd) > 1 && e.Cmd[1] == "nc" {
+			tries++
+		}
+	}
+	if tries != 3+2 {
+		t.Errorf("%d connection attempts, want 3 refused, the client's, the outsider's", tries)
+	}
+	closeEmpty(t, fc, f)
+	slow := clustertest.New(clustertest.Config{EnforcePolicies: true, PolicyLag: 1 << 20})
+	_, err := setUpOn(t, slow, c)
+	if err == nil || !strings.Contains(err.Error(), "policies block the client") {
+		t.Errorf("setup: %v, want the client blocked", err)
+	}
+	slow.AssertEmpty(t)
+}
+
 // Where policies are not enforced, the outsider reaches the server: the setup fails (a case
 // only counts when its policies hold) and deletes everything.
 func TestP2PPoliciesFailsWhenOutsiderReachesServer(t *testing.T) {

@@ -130,6 +130,10 @@ func (f *Fake) Exec(ctx context.Context, pod string, argv []string) (cluster.Exe
 		return f.curl(from, cmd)
 	case "busybox":
 		if len(cmd) > 1 && cmd[1] == "nc" && len(cmd) >= 4 {
+			if f.lagLeft > 0 {
+				f.lagLeft--
+				return cluster.ExecResult{ExitCode: 1, Stderr: []byte("nc: can't connect to remote host: Connection refused")}, nil
+			}
 			port, _ := strconv.Atoi(cmd[len(cmd)-1])
 			r := f.route(from, cmd[len(cmd)-2], port)
 			if len(r.pods) == 0 {

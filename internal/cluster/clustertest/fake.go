@@ -34,6 +34,10 @@ type Config struct {
 	// Reaches); without it policies are kept but deny nothing, like a CNI without a policy
 	// engine.
 	EnforcePolicies bool
+	// PolicyLag, with EnforcePolicies: the first PolicyLag connection attempts (busybox nc)
+	// after policies are created are refused whatever the policies say, as a real CNI that
+	// applies new policies asynchronously refuses a new pod until its next sync.
+	PolicyLag int
 	// CPUStep is what each NodeCPU call adds to the node's counters (zero: DefaultCPUStep).
 	CPUStep cluster.CPUSample
 	// Fail makes calls fail on purpose.
@@ -83,13 +87,14 @@ type Call struct {
 
 // Fake is an in-memory cluster.Cluster. It is safe for concurrent use.
 type Fake struct {
-	nodes      []cluster.Node
-	facts      cluster.Facts
-	programmed map[string]float64
-	enforce    bool
-	step       cluster.CPUSample
-	fail       Failures
-	noNP       string
+	nodes        []cluster.Node
+	facts        cluster.Facts
+	programmed   map[string]float64
+	enforce      bool
+	lag, lagLeft int // Config.PolicyLag, and the refusals left since policies were created
+	step         cluster.CPUSample
+	fail         Failures
+	noNP         string
 
 	mu       sync.Mutex
 	pods     []cluster.Pod // in creation order
@@ -122,7 +127,7 @@ type service struct {
 
 // New returns a Fake set up by cfg.
 func New(cfg Config) *Fake {
-	f := &Fake{nodes: cfg.Nodes, programmed: cfg.Programmed, enforce: cfg.EnforcePolicies, fail: cfg.Fail, noNP: cfg.NoNodePorts,
+	f := &Fake{nodes: cfg.Nodes, programmed: cfg.Programmed, enforce: cfg.EnforcePolicies, lag: cfg.PolicyLag, fail: cfg.Fail, noNP: cfg.NoNodePorts,
 		cpu: map[string]cluster.CPUSample{}, podIPs: map[string]int{}, exclusive: map[string]bool{}, noExcl: cfg.NoExclusiveCPUs,
 		noNetAdmin: cfg.NoNetAdmin}
 	if len(f.nodes) == 0 {
@@ -385,6 +390,9 @@ func (f *Fake) CreateNetworkPolicies(ctx context.Context, pols []networkingv1.Ne
 	}
 	for _, p := range pols {
 		f.policies = append(f.policies, *p.DeepCopy())
+	}
+	if f.enforce {
+		f.lagLeft = f.lag
 	}
 	f.log("create policies %s", strings.Join(names, " "))
 	return nil

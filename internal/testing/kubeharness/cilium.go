@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -33,10 +34,12 @@ import (
 // kernel.timer_migration=0, both host-wide; it ignores a refusal of either, logging a
 // warning), and where /run/cilium, which it uses whatever its flags say, is the node's own.
 var ciliumNetwork = podNetwork{
-	bins:      []string{"cilium-agent", "cilium-cni", "cilium-bpf", "cilium-crds"},
-	nodeCIDRs: true,
-	podMTU:    1450, // the underlay's 1500 less VXLAN's 50
-	hostDirs:  []string{ciliumRuntime},
+	bins:           []string{"cilium-agent", "cilium-cni", "cilium-bpf", "cilium-crds"},
+	client:         "cilium",
+	enforcesPolicy: true,
+	nodeCIDRs:      true,
+	podMTU:         1450, // the underlay's 1500 less VXLAN's 50
+	hostDirs:       []string{ciliumRuntime},
 	// kube-proxy replacement: Services by socket LB (connect-time, on the node's cgroup v2
 	// subtree where runc puts its pods) and per packet, BPF masquerading and host routing.
 	replacesProxy: true,
@@ -81,14 +84,18 @@ exec "$@"
 
 // ciliumCRDs registers Cilium's CustomResourceDefinitions, as cilium-operator (not run here:
 // Kubernetes IPAM needs none of its work) would; the agent waits for them.
-func (h *Harness) ciliumCRDs() error {
+func (h *Harness) ciliumCRDs() error { return h.registerCRDs("cilium-crds", "Cilium") }
+
+// registerCRDs registers the CustomResourceDefinitions in Config.Bin's directory dir (YAML
+// files, one CRD each), those of what.
+func (h *Harness) registerCRDs(dir, what string) error {
 	client, err := h.nsClient(h.nodes[0].ns)
 	if err != nil {
 		return err
 	}
-	files, _ := filepath.Glob(filepath.Join(h.cfg.Bin, "cilium-crds", "*.yaml"))
+	files, _ := filepath.Glob(filepath.Join(h.cfg.Bin, dir, "*.yaml"))
 	if len(files) == 0 {
-		return fmt.Errorf("no CRDs in %s: run scripts/kube-build.sh", filepath.Join(h.cfg.Bin, "cilium-crds"))
+		return fmt.Errorf("no CRDs in %s: run scripts/kube-build.sh", filepath.Join(h.cfg.Bin, dir))
 	}
 	for _, f := range files {
 		y, err := os.ReadFile(f)
@@ -113,13 +120,18 @@ func (h *Harness) ciliumCRDs() error {
 			return fmt.Errorf("create CRD %s: %s: %s", filepath.Base(f), resp.Status, strings.TrimSpace(string(body)))
 		}
 	}
-	h.logf("registered %d Cilium CRDs", len(files))
+	h.logf("registered %d %s CRDs", len(files), what)
 	return nil
 }
 
 // ciliumCNIBin is the node's CNI plugin directory: the host's plugins and cilium-cni.
 func (h *Harness) ciliumCNIBin(n nodeInfo) (string, error) {
-	dir := ciliumDir(n, "cni-bin")
+	return cniBinDir(ciliumDir(n, "cni-bin"), map[string]string{"cilium-cni": filepath.Join(h.cfg.Bin, "cilium-cni")})
+}
+
+// cniBinDir makes dir a CNI plugin directory: the host's plugins (/usr/lib/cni) and own
+// (name: the binary), as symbolic links.
+func cniBinDir(dir string, own map[string]string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -127,9 +139,11 @@ func (h *Harness) ciliumCNIBin(n nodeInfo) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	links := map[string]string{"cilium-cni": filepath.Join(h.cfg.Bin, "cilium-cni")}
+	links := maps.Clone(own)
 	for _, e := range ents {
-		links[e.Name()] = filepath.Join("/usr/lib/cni", e.Name())
+		if _, ok := links[e.Name()]; !ok {
+			links[e.Name()] = filepath.Join("/usr/lib/cni", e.Name())
+		}
 	}
 	for name, target := range links {
 		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil && !os.IsExist(err) {
@@ -170,7 +184,7 @@ func (h *Harness) cilium(n nodeInfo) error {
 	if err := os.Symlink(filepath.Join(h.cfg.Bin, "cilium-bpf"), filepath.Join(lib, "bpf")); err != nil && !os.IsExist(err) {
 		return err
 	}
-	if err := h.waitPodCIDR(n.name, flannelSubnetWait); err != nil {
+	if _, err := h.waitPodCIDR(n.name, flannelSubnetWait); err != nil {
 		return err
 	}
 	argv := []string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", ciliumMounts, "sh", rt, cgroupRoot,

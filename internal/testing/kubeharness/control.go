@@ -39,11 +39,17 @@ func (h *Harness) certs() error {
 		{"controller-manager", "system:kube-controller-manager", nil, nil},
 		{"scheduler", "system:kube-scheduler", nil, nil},
 		{"kube-proxy", "system:kube-proxy", nil, nil},
-		// flanneld patches Node objects (kube-flannel.yml's ClusterRole; here an admin).
-		{"flannel", "cnibench-flannel", []string{"system:masters"}, nil},
-		// cilium-agent writes CiliumNodes, CiliumEndpoints, CiliumIdentities and Node
-		// annotations (Cilium's agent ClusterRole; here an admin too).
-		{"cilium", "cnibench-cilium", []string{"system:masters"}, nil},
+	}
+	// The pod networks' agents (podNetwork.client): each its own certificate, an admin's
+	// (flanneld patches Node objects, cilium-agent writes its CRDs' objects and Node
+	// annotations, kube-router watches pods, policies and nodes: their ClusterRoles).
+	clients := agentClients()
+	for _, c := range clients {
+		steps = append(steps, struct {
+			name, cn string
+			orgs     []string
+			hosts    []string
+		}{c, "cnibench-" + c, []string{"system:masters"}, nil})
 	}
 	for _, n := range h.nodes {
 		steps = append(steps, struct {
@@ -60,7 +66,7 @@ func (h *Harness) certs() error {
 	if err := p.serviceAccountKey(); err != nil {
 		return err
 	}
-	for _, c := range []string{"controller-manager", "scheduler", "kube-proxy", "flannel", "cilium", "admin"} {
+	for _, c := range append([]string{"controller-manager", "scheduler", "kube-proxy", "admin"}, clients...) {
 		if err := p.kubeconfig(p.path(c+".kubeconfig"), h.apiURL(), c); err != nil {
 			return err
 		}

@@ -62,7 +62,7 @@ func (h *Harness) flannel(n nodeInfo) error {
 	}
 	// flanneld exits when its Node has no pod CIDR yet (a DaemonSet would restart it): it
 	// starts once the node has registered and the controller manager has given it one.
-	if err := h.waitPodCIDR(n.name, flannelSubnetWait); err != nil {
+	if _, err := h.waitPodCIDR(n.name, flannelSubnetWait); err != nil {
 		return err
 	}
 	subnetFile := d("flannel/subnet.env")
@@ -161,11 +161,11 @@ func flannelConflist(env subnetEnv, ipamDir string) string {
 	return string(b)
 }
 
-// waitPodCIDR waits until node has a pod CIDR in its Node object.
-func (h *Harness) waitPodCIDR(node string, timeout time.Duration) error {
+// waitPodCIDR waits until node has a pod CIDR in its Node object, and returns it.
+func (h *Harness) waitPodCIDR(node string, timeout time.Duration) (string, error) {
 	client, err := h.nsClient(h.nodes[0].ns)
 	if err != nil {
-		return err
+		return "", err
 	}
 	deadline := time.Now().Add(timeout)
 	for {
@@ -178,10 +178,10 @@ func (h *Harness) waitPodCIDR(node string, timeout time.Duration) error {
 			resp.Body.Close()
 		}
 		if err == nil && n.Spec.PodCIDR != "" {
-			return nil
+			return n.Spec.PodCIDR, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s has no pod CIDR after %s (%v): is the controller manager allocating node CIDRs?", node, timeout, err)
+			return "", fmt.Errorf("node %s has no pod CIDR after %s (%v): is the controller manager allocating node CIDRs?", node, timeout, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -212,6 +212,18 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 			return h, fmt.Errorf("node %s: %w", n.name, err)
 		}
 	}
+	// The pod network's agents once every node has joined, as a CNI's DaemonSet is applied to
+	// a cluster whose nodes are there: kube-router, for one, learns the other nodes' pod
+	// CIDRs (the set its pod-egress masquerading spares) when it starts and then only every
+	// routes-sync-period (5 minutes), so an agent started before the other node joined would
+	// masquerade traffic between pods on the two nodes for that long.
+	if pn.agent != nil {
+		for _, n := range h.nodes {
+			if err := pn.agent(h, n); err != nil {
+				return h, fmt.Errorf("node %s: %w", n.name, err)
+			}
+		}
+	}
 	return h, h.waitNodesReady(ctx, 120*time.Second)
 }
 

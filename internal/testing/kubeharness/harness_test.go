@@ -341,8 +341,10 @@ func assertNoFakeNodes(t *testing.T, h *Harness) {
 }
 
 // probeOnCluster checks the environment facts and the NetworkPolicy enforcement probe on the
-// harness cluster: flanneld runs outside DaemonSets and is known by its node annotations;
-// Flannel does not enforce policies, and the probe must say so.
+// harness cluster: the agents run outside DaemonSets, so flanneld and calico-node are known by
+// their node annotations, cilium-agent by its CiliumNodes and kube-router (which writes nothing to the
+// API) not at all; the probe sees policies enforced where the network enforces them
+// (podNetwork.enforcesPolicy) and says so where it does not (Flannel).
 func probeOnCluster(t *testing.T, h *Harness) {
 	ctx := context.Background()
 	cl, err := kube.New(ctx, kube.Config{Kubeconfig: h.Kubeconfig, RunID: "probe-test"})
@@ -354,24 +356,20 @@ func probeOnCluster(t *testing.T, h *Harness) {
 	if v, _ := info["kubernetes_version"].(string); v != "v1.34.10" {
 		t.Errorf("kubernetes_version %v", info["kubernetes_version"])
 	}
+	wantCNI := map[string]string{CNIFlannel: kube.FlannelByAnnotation, CNIFlannelHostGW: kube.FlannelByAnnotation,
+		CNICilium: kube.CiliumByNodes, CNIKubeRouter: kube.UnknownCNI, CNICalico: kube.CalicoByAnnotation}[h.cfg.CNI]
+	if info["cni"] != wantCNI {
+		t.Errorf("cni %q, want %q: the harness runs the %s agents outside DaemonSets", info["cni"], wantCNI, h.cfg.CNI)
+	}
+	if b := flannelBackend(h.cfg.CNI); b != "" && info["flannel_backend"] != b {
+		t.Errorf("flannel_backend %v, want %s", info["flannel_backend"], b)
+	}
 	enforced, detail, err := cl.ProbePolicyEnforcement(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.cfg.CNI == CNICilium {
-		if info["cni"] != kube.CiliumByNodes {
-			t.Errorf("cni %q: the harness runs cilium-agent outside DaemonSets", info["cni"])
-		}
-		if !enforced {
-			t.Errorf("probe on Cilium: enforced=%v %q, want enforced", enforced, detail)
-		}
-	} else {
-		if info["cni"] != kube.FlannelByAnnotation || info["flannel_backend"] != "vxlan" {
-			t.Errorf("cni %q flannel_backend %v: the harness runs flanneld (vxlan) outside DaemonSets", info["cni"], info["flannel_backend"])
-		}
-		if enforced || detail != kube.NotEnforcedDetail {
-			t.Errorf("probe on Flannel: enforced=%v %q, want not enforced", enforced, detail)
-		}
+	if want := h.podNet().enforcesPolicy; enforced != want || (!want && detail != kube.NotEnforcedDetail) {
+		t.Errorf("probe on %s: enforced=%v %q, want enforced=%v", h.cfg.CNI, enforced, detail, want)
 	}
 	t.Logf("facts: cni=%v kube_proxy_mode=%v; probe: %s", info["cni"], info["kube_proxy_mode"], detail)
 }
@@ -388,6 +386,37 @@ func TestRealClusterCilium(t *testing.T) {
 	cliOnCluster(t, h, bin, "--scenario", "p2s", "--protocol", "tcp,crr")
 	// Hairpin through Cilium's socket LB (no kube-proxy).
 	t.Run("hairpin", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "hairpin", "--protocol", "tcp,crr") })
+	t.Run("p2p-policies", func(t *testing.T) {
+		cliOnCluster(t, h, bin, "--scenario", "p2p-policies", "--placement", "inter", "--protocol", "tcp,rr", "--pods", "2")
+	})
+}
+
+// TestRealClusterKubeRouter runs the cluster on real kube-router (routes by iBGP, its
+// iptables and ipset NetworkPolicy controller) with kube-proxy in iptables mode for Services:
+// the agents up with their BGP routes to the other node's pod CIDR, pods attached to
+// kube-bridge, NetworkPolicy really enforced (the probe), and p2p, p2s and p2p-policies
+// measured through the CLI.
+func TestRealClusterKubeRouter(t *testing.T) {
+	h, bin := upForTest(t, "iptables", CNIKubeRouter)
+	t.Run("kube-router", func(t *testing.T) { kubeRouterOnCluster(t, h) })
+	t.Run("facts-and-policy-probe", func(t *testing.T) { probeOnCluster(t, h) })
+	t.Run("p2p", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr") })
+	t.Run("p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s", "--protocol", "tcp,crr") })
+	t.Run("p2p-policies", func(t *testing.T) {
+		cliOnCluster(t, h, bin, "--scenario", "p2p-policies", "--placement", "inter", "--protocol", "tcp,rr", "--pods", "2")
+	})
+}
+
+// TestRealClusterCalico runs the cluster on real Calico (VXLAN always, Calico IPAM, felix's
+// iptables data plane) with kube-proxy in iptables mode: felix ready on both nodes with its
+// VXLAN device and routes, NetworkPolicy really enforced (the probe), and p2p, p2s and
+// p2p-policies measured through the CLI.
+func TestRealClusterCalico(t *testing.T) {
+	h, bin := upForTest(t, "iptables", CNICalico)
+	t.Run("calico", func(t *testing.T) { calicoOnCluster(t, h) })
+	t.Run("facts-and-policy-probe", func(t *testing.T) { probeOnCluster(t, h) })
+	t.Run("p2p", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr") })
+	t.Run("p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s", "--protocol", "tcp,crr") })
 	t.Run("p2p-policies", func(t *testing.T) {
 		cliOnCluster(t, h, bin, "--scenario", "p2p-policies", "--placement", "inter", "--protocol", "tcp,rr", "--pods", "2")
 	})

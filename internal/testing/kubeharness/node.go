@@ -13,8 +13,9 @@ import (
 	"github.com/cnibench/cnibench/internal/nf"
 )
 
-// node starts containerd (with the tools image imported), the kubelet, kube-proxy (unless the
-// CNI replaces it) and the CNI's agent of one node inside its namespace.
+// node starts containerd (with the tools image imported), the kubelet and kube-proxy (unless
+// the CNI replaces it) of one node inside its namespace; the CNI's agent comes after every
+// node's (Up).
 func (h *Harness) node(ctx context.Context, n nodeInfo) error {
 	d := func(rel string) string { return filepath.Join(n.dir, rel) }
 	sock := d("containerd.sock")
@@ -116,9 +117,6 @@ allowedUnsafeSysctls: [%s]
 		if err := h.kubeProxy(n); err != nil {
 			return err
 		}
-	}
-	if pn.agent != nil {
-		return pn.agent(h, n)
 	}
 	return nil
 }

@@ -10,11 +10,16 @@ import (
 // podNetwork is everything the harness does differently for one pod network (Config.CNI): the
 // one owner of each network's needs, so that Up and node ask it instead of switching on names.
 type podNetwork struct {
-	bins         []string // what it needs in Config.Bin beyond Kubernetes' binaries
-	nodeCIDRs    bool     // the controller manager gives each Node a pod CIDR
-	staticRoutes bool     // the harness routes the nodes' pod CIDRs (no agent does)
-	podMTU       int      // the MTU pods get (the underlay's is 1500)
-	hostDirs     []string // host directories it needs; made when missing and removed at Down
+	bins []string // what it needs in Config.Bin beyond Kubernetes' binaries
+	// client is the name of its agent's certificate and kubeconfig (PKI path CLIENT.kubeconfig);
+	// "" for none.
+	client string
+	// enforcesPolicy: NetworkPolicy is enforced on this network (the probe must say so).
+	enforcesPolicy bool
+	nodeCIDRs      bool     // the controller manager gives each Node a pod CIDR
+	staticRoutes   bool     // the harness routes the nodes' pod CIDRs (no agent does)
+	podMTU         int      // the MTU pods get (the underlay's is 1500)
+	hostDirs       []string // host directories it needs; made when missing and removed at Down
 	// replacesProxy: its agent can serve Services itself, so the cluster may run without
 	// kube-proxy (Config.ProxyMode ProxyNone).
 	replacesProxy bool
@@ -37,9 +42,23 @@ const ProxyNone = "none"
 // podNetworks are the pod networks a test cluster can run, by Config.CNI.
 var podNetworks = map[string]podNetwork{
 	CNIBridge:        {staticRoutes: true, podMTU: 1500, conf: bridgeConf},
-	CNIFlannel:       {bins: []string{"flanneld"}, nodeCIDRs: true, podMTU: 1450, agent: (*Harness).flannel},
-	CNIFlannelHostGW: {bins: []string{"flanneld"}, nodeCIDRs: true, podMTU: 1500, agent: (*Harness).flannel},
+	CNIFlannel:       {bins: []string{"flanneld"}, client: "flannel", nodeCIDRs: true, podMTU: 1450, agent: (*Harness).flannel},
+	CNIFlannelHostGW: {bins: []string{"flanneld"}, client: "flannel", nodeCIDRs: true, podMTU: 1500, agent: (*Harness).flannel},
 	CNICilium:        ciliumNetwork,
+	CNIKubeRouter:    kubeRouterNetwork,
+	CNICalico:        calicoNetwork,
+}
+
+// agentClients are the pod networks' agent client names, sorted, each once.
+func agentClients() []string {
+	var out []string
+	for _, pn := range podNetworks {
+		if pn.client != "" && !slices.Contains(out, pn.client) {
+			out = append(out, pn.client)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // CNIs are the pod networks Config.CNI accepts.

@@ -12,7 +12,7 @@ func TestUpRefusesUnknownNetworks(t *testing.T) {
 	for _, tc := range []struct {
 		cni, proxy, want string
 	}{
-		{"weave", "", `unknown CNI "weave" (valid: bridge, cilium, flannel, flannel-hostgw)`},
+		{"weave", "", `unknown CNI "weave" (valid: bridge, calico, cilium, flannel, flannel-hostgw, kube-router)`},
 		{CNIFlannel, ProxyNone, `proxy mode "none": the flannel network does not replace kube-proxy`},
 		{CNIBridge, ProxyNone, `proxy mode "none": the bridge network does not replace kube-proxy`},
 		{CNICilium, "ipvs", `unknown proxy mode "ipvs" (valid: iptables, nftables, none)`},
@@ -28,7 +28,8 @@ func TestUpRefusesUnknownNetworks(t *testing.T) {
 	}
 }
 
-// Every pod network says what its pods' MTU is, and only Cilium may replace kube-proxy.
+// Every pod network says what its pods' MTU is, only Cilium may replace kube-proxy, Cilium,
+// kube-router and Calico enforce NetworkPolicy, and every agent has its own client certificate.
 func TestPodNetworks(t *testing.T) {
 	for name, pn := range podNetworks {
 		if pn.podMTU == 0 {
@@ -36,6 +37,12 @@ func TestPodNetworks(t *testing.T) {
 		}
 		if pn.replacesProxy != (name == CNICilium) {
 			t.Errorf("%s: replacesProxy %v", name, pn.replacesProxy)
+		}
+		if pn.enforcesPolicy != (name == CNICilium || name == CNIKubeRouter || name == CNICalico) {
+			t.Errorf("%s: enforcesPolicy %v", name, pn.enforcesPolicy)
+		}
+		if (pn.agent == nil) != (pn.client == "") {
+			t.Errorf("%s: an agent %v, a client certificate %q: each agent has its own", name, pn.agent != nil, pn.client)
 		}
 		if pn.nodeCIDRs == pn.staticRoutes {
 			t.Errorf("%s: node CIDRs %v, static routes %v: the harness routes its own subnets, an agent the controller manager's", name, pn.nodeCIDRs, pn.staticRoutes)

@@ -11,15 +11,17 @@ PKGS=(iperf3 netperf containernetworking-plugins iproute2 iputils-ping nftables 
 NF_PKGS=(openvswitch-switch openvswitch-common openvswitch-switch-dpdk dpdk-dev)
 # --nf: also the network functions' packages (NF_PKGS).
 # --kube: also what the project's own Kubernetes test cluster runs on (make e2e), gcc for
-# flanneld's cgo build (scripts/kube-build.sh) and clang/llvm, with which cilium-agent compiles
-# its datapath when the test cluster runs Cilium.
+# flanneld's cgo build (scripts/kube-build.sh), make and the libelf, zlib and libpcap headers
+# for calico-node's (its libbpf, gopacket), bpftool (felix runs it, as Calico's image has it)
+# and clang/llvm, with which cilium-agent compiles its datapath when the test cluster runs
+# Cilium.
 # --test: also what the test suite checks the reports and exports with (a real headless browser,
 # promtool and Prometheus) and clang/llvm/libbpf-dev, with which it rebuilds the committed eBPF
 # objects and fails if they differ; implies --kube and --nf.
 case "${1:-}" in
   --nf) PKGS+=("${NF_PKGS[@]}") ;;
-  --kube) PKGS+=(etcd-server containerd runc gcc libc6-dev clang llvm) ;;
-  --test) PKGS+=("${NF_PKGS[@]}" etcd-server containerd runc gcc libc6-dev chromium prometheus clang llvm libbpf-dev) ;;
+  --kube) PKGS+=(etcd-server containerd runc gcc libc6-dev clang llvm make libelf-dev zlib1g-dev libpcap-dev bpftool) ;;
+  --test) PKGS+=("${NF_PKGS[@]}" etcd-server containerd runc gcc libc6-dev chromium prometheus clang llvm libbpf-dev make libelf-dev zlib1g-dev libpcap-dev bpftool) ;;
 esac
 
 missing=()

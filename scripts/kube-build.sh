@@ -120,16 +120,19 @@ if [ ! -x "$BIN/kube-router" ]; then
 fi
 if [ ! -x "$BIN/calico-node" ] || [ ! -x "$BIN/calico" ] || [ ! -d "$BIN/calico-crds" ]; then
   # calico-node (felix, confd, the startup and tunnel-address steps in one binary) and the
-  # calico CNI plugin (calico-ipam is the same binary under that name), CGO off: felix's
-  # iptables data plane (its eBPF one needs cgo and libbpf, not built here). The CRDs the
-  # manifests install go next to them.
+  # calico CNI plugin (calico-ipam is the same binary under that name). calico-node with CGO,
+  # as Calico's own build: felix calls libbpf (the copy in its tree, built static first) even
+  # in its iptables data plane, where it removes connect-time programs at start (the cgo-less
+  # stub panics). The CRDs the manifests install go next to them.
   echo "kube-build: building calico-node and the calico CNI plugin $CALICO_VERSION"
   mod=$(cd / && GOFLAGS= go mod download -json "github.com/projectcalico/calico@$CALICO" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [ -d "$mod" ] || { echo "kube-build: calico $CALICO: module not downloaded" >&2; exit 1; }
   rm -rf "$src/calico" && cp -r "$mod" "$src/calico" && chmod -R u+w "$src/calico"
   v="-X github.com/projectcalico/calico/node/pkg/lifecycle/startup.VERSION=$CALICO_VERSION -X github.com/projectcalico/calico/node/buildinfo.GitVersion=$CALICO_VERSION"
   (cd "$src/calico" && go mod edit -replace "github.com/projectcalico/api=github.com/projectcalico/api@$CALICO_API" &&
-    go build -trimpath -ldflags "-s -w $v" -o "$BIN/calico-node.tmp" ./node/cmd/calico-node &&
+    mkdir -p felix/bpf-gpl/include/libbpf/src/amd64 &&
+    make -s -C felix/bpf-gpl/include/libbpf/src BUILD_STATIC_ONLY=1 OBJDIR=amd64 >/dev/null &&
+    CGO_ENABLED=1 go build -trimpath -ldflags "-s -w $v" -o "$BIN/calico-node.tmp" ./node/cmd/calico-node &&
     go build -trimpath -ldflags "-s -w -X main.VERSION=$CALICO_VERSION" -o "$BIN/calico.tmp" ./cni-plugin/cmd/calico)
   rm -rf "$BIN/calico-crds" && mkdir -p "$BIN/calico-crds"
   cp "$src/calico"/libcalico-go/config/crd/*.yaml "$BIN/calico-crds/"

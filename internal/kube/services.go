@@ -140,7 +140,7 @@ func (c *Cluster) CreateServices(ctx context.Context, specs []cluster.ServiceSpe
 			if !probe[i] || specs[i].NoWait {
 				return nil
 			}
-			if err := c.awaitProxy(ctx, ips[i], specs[i].Ports); err != nil {
+			if err := c.awaitProxy(ctx, ips[i], specs[i].Ports, eps[i]); err != nil {
 				return &serviceError{specs[i].Name, err}
 			}
 			return nil
@@ -261,12 +261,39 @@ func (c *Cluster) awaitEndpoints(ctx context.Context, specs []cluster.ServiceSpe
 	return eps, nil
 }
 
+// probePod is the pod awaitProxy probes from: of the pods on real nodes and not on the host's
+// network, the first by name that is no endpoint (eps: their addresses), else the first
+// endpoint; "" when there is none.
+func probePod(pods map[string]cluster.Pod, eps []string, fake func(node string) bool) string {
+	var from, endpoint string
+	for _, name := range slices.Sorted(maps.Keys(pods)) {
+		p := pods[name]
+		switch {
+		case p.HostNetwork || fake(p.Node):
+		case slices.Contains(eps, p.IP):
+			if endpoint == "" {
+				endpoint = p.Name
+			}
+		case from == "":
+			from = p.Name
+		}
+	}
+	if from == "" {
+		return endpoint
+	}
+	return from
+}
+
 // awaitProxy waits until the Service proxy (kube-proxy, or the CNI's replacement) has
 // programmed the ClusterIP, seen from a pod of the run: a TCP connect is answered (accepted,
 // or refused by the endpoint when nothing listens yet) instead of timing out. Traffic sent
 // before would leave a conntrack entry without NAT that later packets of that flow keep
 // following: a connection opened too early never reaches the Service (seen with iperf3).
-func (c *Cluster) awaitProxy(ctx context.Context, ip string, ports []cluster.ServicePort) error {
+// The probe goes from a pod that is none of the Service's endpoints (eps: their addresses)
+// where there is one, the first by name: from an endpoint it would be hairpin traffic, which
+// some pod networks do not carry (kube-router's bridge has no hairpin mode) and which the
+// hairpin scenario measures on its own.
+func (c *Cluster) awaitProxy(ctx context.Context, ip string, ports []cluster.ServicePort, eps []string) error {
 	port := 0
 	for _, p := range ports {
 		if p.Protocol == "tcp" {
@@ -275,13 +302,7 @@ func (c *Cluster) awaitProxy(ctx context.Context, ip string, ports []cluster.Ser
 		}
 	}
 	c.mu.Lock()
-	var from string
-	for _, p := range c.pods {
-		if !p.HostNetwork && !c.isFake(p.Node) {
-			from = p.Name
-			break
-		}
-	}
+	from := probePod(c.pods, eps, c.isFake)
 	c.mu.Unlock()
 	if port == 0 || from == "" || c.rc == nil {
 		return nil // nothing to probe with: trust the EndpointSlices

@@ -347,3 +347,29 @@ func TestCreateServicesProbesRealEndpointsOnly(t *testing.T) {
 		t.Error("the failed Service was not deleted")
 	}
 }
+
+// The ClusterIP probe goes from a pod that is no endpoint of the Service (from an endpoint it
+// is hairpin traffic, which kube-router's bridge does not carry), the first by name, never
+// from a host-network pod or one on a fake node; from an endpoint only when nothing else is
+// there.
+func TestProbePod(t *testing.T) {
+	pods := map[string]cluster.Pod{
+		"a-server": {Name: "a-server", IP: "10.244.1.2", Node: "n1"},
+		"b-host":   {Name: "b-host", IP: "172.30.0.10", Node: "n0", HostNetwork: true},
+		"c-kwok":   {Name: "c-kwok", IP: "10.244.9.2", Node: "fake-0"},
+		"d-client": {Name: "d-client", IP: "10.244.0.2", Node: "n0"},
+		"e-other":  {Name: "e-other", IP: "10.244.0.3", Node: "n0"},
+	}
+	fake := func(n string) bool { return n == "fake-0" }
+	if got := probePod(pods, []string{"10.244.1.2"}, fake); got != "d-client" {
+		t.Errorf("probe from %q, want d-client (not the endpoint a-server)", got)
+	}
+	delete(pods, "d-client")
+	delete(pods, "e-other")
+	if got := probePod(pods, []string{"10.244.1.2"}, fake); got != "a-server" {
+		t.Errorf("only the endpoint left: probe from %q, want a-server", got)
+	}
+	if got := probePod(map[string]cluster.Pod{"h": {Name: "h", HostNetwork: true}}, nil, fake); got != "" {
+		t.Errorf("no pod to probe from: %q", got)
+	}
+}

@@ -9,7 +9,7 @@ import (
 // TestHold keeps a harness cluster up for exploration: CNIBENCH_KUBE_HOLD=FILE writes the
 // kubeconfig path to FILE and tears down once FILE is removed. CNIBENCH_KUBE_HOLD_PROXY
 // chooses kube-proxy's mode: iptables (default), nftables or none (with cilium); CNIBENCH_KUBE_HOLD_CNI the pod
-// network: flannel (default), flannel-hostgw, cilium or bridge (Config.CNI).
+// network: flannel (default), flannel-hostgw, cilium, kube-router, calico or bridge (Config.CNI).
 func TestHold(t *testing.T) {
 	f := os.Getenv("CNIBENCH_KUBE_HOLD")
 	if f == "" {

@@ -2,12 +2,9 @@ package kubeharness
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/cnibench/cnibench/internal/netns"
 )
 
 // calicoOnCluster checks the real Calico the harness runs: felix ready on each node, its VXLAN
@@ -17,24 +14,17 @@ import (
 // /var/lib/calico and /run/calico left as the harness made them (calico-node wrote into the
 // node's own).
 func calicoOnCluster(t *testing.T, h *Harness) {
-	nsOut := func(n nodeInfo, argv ...string) string {
-		out, err := exec.Command("nsenter", append([]string{"--net=" + netns.Path(n.ns), "--"}, argv...)...).CombinedOutput()
-		if err != nil {
-			t.Errorf("%s: %s: %v: %s", n.name, strings.Join(argv, " "), err, out)
-		}
-		return string(out)
-	}
 	for _, n := range h.nodes {
-		if out := nsOut(n, "curl", "-fsS", felixReadiness); out == "" {
+		if out := nodeOut(t, n, "curl", "-fsS", felixReadiness); out == "" {
 			t.Errorf("%s: felix readiness: empty", n.name)
 		}
-		if l := nsOut(n, "ip", "-d", "link", "show", "vxlan.calico"); !strings.Contains(l, "vxlan id 4096") || !strings.Contains(l, "dstport 4789") {
+		if l := nodeOut(t, n, "ip", "-d", "link", "show", "vxlan.calico"); !strings.Contains(l, "vxlan id 4096") || !strings.Contains(l, "dstport 4789") {
 			t.Errorf("%s: vxlan.calico: %s", n.name, l)
 		}
-		if r := nsOut(n, "ip", "-4", "route", "show", "dev", "vxlan.calico"); !strings.Contains(r, " onlink") {
+		if r := nodeOut(t, n, "ip", "-4", "route", "show", "dev", "vxlan.calico"); !strings.Contains(r, " onlink") {
 			t.Errorf("%s: no route to the other node's block through vxlan.calico: %q", n.name, r)
 		}
-		if f := nsOut(n, "iptables-nft-save", "-t", "filter"); !strings.Contains(f, "-j cali-FORWARD") {
+		if f := nodeOut(t, n, "iptables-nft-save", "-t", "filter"); !strings.Contains(f, "-j cali-FORWARD") {
 			t.Errorf("%s: felix's cali-FORWARD not hooked in the filter table (iptables-nft)", n.name)
 		}
 		conf, err := os.ReadFile(filepath.Join(n.dir, "net.d/10-calico.conflist"))

@@ -399,12 +399,7 @@ func TestRealClusterCilium(t *testing.T) {
 func TestRealClusterKubeRouter(t *testing.T) {
 	h, bin := upForTest(t, "iptables", CNIKubeRouter)
 	t.Run("kube-router", func(t *testing.T) { kubeRouterOnCluster(t, h) })
-	t.Run("facts-and-policy-probe", func(t *testing.T) { probeOnCluster(t, h) })
-	t.Run("p2p", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr") })
-	t.Run("p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s", "--protocol", "tcp,crr") })
-	t.Run("p2p-policies", func(t *testing.T) {
-		cliOnCluster(t, h, bin, "--scenario", "p2p-policies", "--placement", "inter", "--protocol", "tcp,rr", "--pods", "2")
-	})
+	measuredOnCluster(t, h, bin)
 }
 
 // TestRealClusterCalico runs the cluster on real Calico (VXLAN always, Calico IPAM, felix's
@@ -414,6 +409,13 @@ func TestRealClusterKubeRouter(t *testing.T) {
 func TestRealClusterCalico(t *testing.T) {
 	h, bin := upForTest(t, "iptables", CNICalico)
 	t.Run("calico", func(t *testing.T) { calicoOnCluster(t, h) })
+	measuredOnCluster(t, h, bin)
+}
+
+// measuredOnCluster runs what every real pod network that enforces policies is held to: the
+// facts and the enforcement probe, then p2p, p2s and p2p-policies (across nodes, an outsider
+// denied) through the CLI.
+func measuredOnCluster(t *testing.T, h *Harness, bin string) {
 	t.Run("facts-and-policy-probe", func(t *testing.T) { probeOnCluster(t, h) })
 	t.Run("p2p", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr") })
 	t.Run("p2s", func(t *testing.T) { cliOnCluster(t, h, bin, "--scenario", "p2s", "--protocol", "tcp,crr") })

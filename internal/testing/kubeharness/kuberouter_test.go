@@ -28,13 +28,6 @@ func kubeRouterOnCluster(t *testing.T, h *Harness) {
 	if strings.Contains(string(hostTables), "kube-router") {
 		t.Errorf("the host's %s names kube-router:\n%s", rtTables, hostTables)
 	}
-	nsOut := func(n nodeInfo, argv ...string) string {
-		out, err := exec.Command("nsenter", append([]string{"--net=" + netns.Path(n.ns), "--"}, argv...)...).CombinedOutput()
-		if err != nil {
-			t.Errorf("%s: %s: %v: %s", n.name, strings.Join(argv, " "), err, out)
-		}
-		return string(out)
-	}
 	cidrs := map[string]string{}
 	for _, n := range h.nodes {
 		c, err := h.waitPodCIDR(n.name, 0)
@@ -51,7 +44,7 @@ func kubeRouterOnCluster(t *testing.T, h *Harness) {
 			// The BGP session takes a few seconds to come up after the agents start.
 			var r string
 			for deadline := time.Now().Add(bgpWait); ; time.Sleep(250 * time.Millisecond) {
-				r = nsOut(n, "ip", "-4", "route", "show", cidrs[o.name])
+				r = nodeOut(t, n, "ip", "-4", "route", "show", cidrs[o.name])
 				if bgpRoute(r, o.ip) || time.Now().After(deadline) {
 					break
 				}
@@ -64,10 +57,10 @@ func kubeRouterOnCluster(t *testing.T, h *Harness) {
 		// between pods on two nodes keeps the pods' addresses (which the policies match).
 		for _, o := range h.nodes {
 			ip, _, _ := strings.Cut(cidrs[o.name], "/")
-			nsOut(n, "ipset", "test", "kube-router-pod-subnets", ip)
+			nodeOut(t, n, "ipset", "test", "kube-router-pod-subnets", ip)
 		}
-		nsOut(n, "ip", "link", "show", "kube-bridge")
-		if f := nsOut(n, "iptables-nft-save", "-t", "filter"); !strings.Contains(f, "-j KUBE-ROUTER-FORWARD") || !strings.Contains(f, "-j KUBE-ROUTER-INPUT") {
+		nodeOut(t, n, "ip", "link", "show", "kube-bridge")
+		if f := nodeOut(t, n, "iptables-nft-save", "-t", "filter"); !strings.Contains(f, "-j KUBE-ROUTER-FORWARD") || !strings.Contains(f, "-j KUBE-ROUTER-INPUT") {
 			t.Errorf("%s: no jumps to kube-router's policy chains in the filter table:\n%s", n.name, f)
 		}
 		conf, err := os.ReadFile(filepath.Join(n.dir, "net.d/10-kuberouter.conflist"))
@@ -81,4 +74,15 @@ func kubeRouterOnCluster(t *testing.T, h *Harness) {
 // zebra, 17: iproute2 prints the number where its rt_protos does not name it).
 func bgpRoute(r, gw string) bool {
 	return strings.Contains(r, "via "+gw+" ") && (strings.Contains(r, "proto zebra") || strings.Contains(r, "proto 17 "))
+}
+
+// nodeOut runs argv in node n's network namespace and returns its output; a failure is a
+// test error naming the node and the command.
+func nodeOut(t *testing.T, n nodeInfo, argv ...string) string {
+	t.Helper()
+	out, err := exec.Command("nsenter", append([]string{"--net=" + netns.Path(n.ns), "--"}, argv...)...).CombinedOutput()
+	if err != nil {
+		t.Errorf("%s: %s: %v: %s", n.name, strings.Join(argv, " "), err, out)
+	}
+	return string(out)
 }

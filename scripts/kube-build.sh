@@ -6,6 +6,12 @@
 # the Go module proxy, into a cache that later runs reuse (docs/kube-lab.md has the measured
 # recipe).
 # Usage: scripts/kube-build.sh [CACHE_DIR]   (default /var/cache/cnibench/kube-v1.34.10)
+#
+# Each binary appears in CACHE_DIR/bin whole (built aside, then moved), in the order the test
+# cluster's tests need them: Kubernetes' own and kwok, flanneld, then Cilium's, kube-router's and
+# Calico's. While it builds, the script holds an exclusive flock on CACHE_DIR/bin/.build.lock:
+# the test cluster's tests wait for a binary still missing while that lock is held, so that
+# make test starts them before the whole build is done.
 set -euo pipefail
 
 K8S=v1.34.10          # 1.35 kubelets refuse cgroup v1, which this host has
@@ -34,6 +40,15 @@ if have_all; then
 fi
 
 mkdir -p "$CACHE/src/stub/sample-apiserver" "$BIN"
+exec 9>"$BIN/.build.lock"
+if ! flock -n 9; then
+  echo "kube-build: another kube-build.sh is building into $BIN; waiting for it"
+  flock 9
+  if have_all; then
+    echo "kube-build: binaries present in $BIN"
+    exit 0
+  fi
+fi
 src=$CACHE/src
 # k8s.io/sample-apiserver is not served by the proxy: a stub module stands in for it.
 printf 'module k8s.io/sample-apiserver\n\ngo 1.24\n' > "$src/stub/sample-apiserver/go.mod"
@@ -61,21 +76,22 @@ ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S -X k8s.io/compon
 cd "$src"
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 start=$(date +%s)
+step() { echo "kube-build: building $* (at $(( $(date +%s) - start )) s)"; }
 for b in "${BINARIES[@]}"; do
   [ -x "$BIN/$b" ] && continue
-  echo "kube-build: building $b $K8S"
+  step "$b $K8S"
   go build -trimpath -ldflags "$ldflags" -o "$BIN/$b.tmp" "k8s.io/kubernetes/cmd/$b"
   mv "$BIN/$b.tmp" "$BIN/$b"
 done
 if [ ! -x "$BIN/kwok" ]; then
-  echo "kube-build: building kwok $KWOK"
+  step "kwok $KWOK"
   GOBIN="$BIN" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK"
 fi
 if [ ! -x "$BIN/flanneld" ]; then
   # flanneld from its module, whole but for one backend: pkg/backend/tencentvpc needs Tencent
   # Cloud's SDK, which the module proxy does not serve, so its import goes from a copy of the
   # source. CGO on, as flannel's own build on amd64 (its UDP backend is C).
-  echo "kube-build: building flanneld $FLANNEL"
+  step "flanneld $FLANNEL"
   mod=$(cd / && GOFLAGS= go mod download -json "github.com/flannel-io/flannel@$FLANNEL" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [ -d "$mod" ] || { echo "kube-build: flannel $FLANNEL: module not downloaded" >&2; exit 1; }
   rm -rf "$src/flannel" && cp -r "$mod" "$src/flannel" && chmod -R u+w "$src/flannel"
@@ -91,7 +107,7 @@ if [ ! -x "$BIN/cilium-agent" ] || [ ! -x "$BIN/cilium-cni" ] || [ ! -d "$BIN/ci
   # cluster does not run BGP). CGO off, as Cilium's own images. The agent compiles its
   # datapath from bpf/ with clang at start: the sources go next to it, and so do the CRDs
   # the cilium-operator would otherwise register.
-  echo "kube-build: building cilium-agent and cilium-cni $CILIUM"
+  step "cilium-agent and cilium-cni $CILIUM"
   mod=$(cd / && GOFLAGS= go mod download -json "github.com/cilium/cilium@$CILIUM" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [ -d "$mod" ] || { echo "kube-build: cilium $CILIUM: module not downloaded" >&2; exit 1; }
   rm -rf "$src/cilium" && cp -r "$mod" "$src/cilium" && chmod -R u+w "$src/cilium"
@@ -109,7 +125,7 @@ fi
 if [ ! -x "$BIN/kube-router" ]; then
   # kube-router from its module, as its own release build (CGO off, version stamped); its
   # BGP speaker (gobgp) is a library inside it.
-  echo "kube-build: building kube-router $KUBE_ROUTER"
+  step "kube-router $KUBE_ROUTER"
   mod=$(cd / && GOFLAGS= go mod download -json "github.com/cloudnativelabs/kube-router/v2@$KUBE_ROUTER" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [ -d "$mod" ] || { echo "kube-build: kube-router $KUBE_ROUTER: module not downloaded" >&2; exit 1; }
   rm -rf "$src/kube-router" && cp -r "$mod" "$src/kube-router" && chmod -R u+w "$src/kube-router"
@@ -124,7 +140,7 @@ if [ ! -x "$BIN/calico-node" ] || [ ! -x "$BIN/calico" ] || [ ! -d "$BIN/calico-
   # as Calico's own build: felix calls libbpf (the copy in its tree, built static first) even
   # in its iptables data plane, where it removes connect-time programs at start (the cgo-less
   # stub panics). The CRDs the manifests install go next to them.
-  echo "kube-build: building calico-node and the calico CNI plugin $CALICO_VERSION"
+  step "calico-node and the calico CNI plugin $CALICO_VERSION"
   mod=$(cd / && GOFLAGS= go mod download -json "github.com/projectcalico/calico@$CALICO" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [ -d "$mod" ] || { echo "kube-build: calico $CALICO: module not downloaded" >&2; exit 1; }
   rm -rf "$src/calico" && cp -r "$mod" "$src/calico" && chmod -R u+w "$src/calico"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Runs the whole test suite for `make test`. The Kubernetes binaries of the test cluster
-# (scripts/kube-build.sh: on a cold machine about ten minutes of compiling; nothing when
+# Runs the whole test suite for `make test`. The binaries of the test cluster
+# (scripts/kube-build.sh: on a cold machine about twenty minutes of compiling; nothing when
 # cached) build in the background at the lowest CPU and I/O priority from the first second
 # (they need only Go and gcc, which this kind of machine has), while the installs, cnibench's
-# build, vet, the format and eBPF checks and the packages that do not need the cluster run;
-# the test cluster's package (internal/testing/kubeharness) runs last, once the build is done.
-# Packages run one at a time (-p 1): most build network namespaces and measure on this host's
-# two CPUs.
+# build, vet, the format and eBPF checks and the packages that do not need the cluster run.
+# The test cluster's package (internal/testing/kubeharness) runs last, without waiting for
+# the whole build: each of its tests waits for the binaries its cluster needs while the build
+# is under way (kube-build.sh builds them in the order the tests need them and holds a lock
+# while it builds). Packages run one at a time (-p 1): most build network namespaces and
+# measure on this host's two CPUs.
 set -euo pipefail
 GO=${GO:-go}
 cluster_pkg=./internal/testing/kubeharness/
@@ -30,14 +32,17 @@ rc=0
 # shellcheck disable=SC2046
 $GO test -count=1 -p 1 -timeout 60m $($GO list ./... | grep -v '/internal/testing/kubeharness$') || rc=$?
 
-echo "test: waiting for the Kubernetes build (scripts/kube-build.sh, log $log)"
-if ! wait "$build"; then
-  echo "test: scripts/kube-build.sh failed:" >&2
-  tail -n 30 "$log" >&2
-  exit 1
-fi
+# The cluster tests wait for the binaries they need (the build's lock); what the build
+# failed on shows in its log, printed after them.
+$GO test -count=1 -timeout 60m "$cluster_pkg" || rc=$?
+echo "test: the Kubernetes build (scripts/kube-build.sh, log $log):"
+brc=0
+wait "$build" || brc=$?
 trap - EXIT
 cat "$log"
 rm -f "$log"
-$GO test -count=1 -timeout 40m "$cluster_pkg" || rc=$?
+if [ "$brc" != 0 ]; then
+  echo "test: scripts/kube-build.sh failed (exit $brc; its log above)" >&2
+  exit 1
+fi
 exit "$rc"

@@ -179,6 +179,13 @@ type Process interface {
 	Output() []byte
 }
 
+// LocalOutput is a Process whose Output copies what this program holds in memory (the lab's
+// host processes) instead of reading it from a node: a waiter may look at it every few
+// milliseconds.
+type LocalOutput interface {
+	LocalOutput()
+}
+
 // IdleChildSignaler is a Process whose children the backend sees (the lab's: host processes).
 // SignalIdleChildren sends sig to each child that stayed blocked, without running, for quiet,
 // and returns how many it signalled: how a trial ends a server's per-test process that waits
@@ -295,13 +302,14 @@ type Cluster interface {
 	Close(ctx context.Context) error
 }
 
-// ConcurrentTeardown is what a backend offers whose fixtures (the pods, Services and policies
-// of different cases, each under names of its own) may be torn down at the same time: on a
-// real cluster a teardown is mostly waiting for the kubelets to stop pods (2.5-2.8 s a
-// fixture on the project's test cluster), and a block's fixtures then wait together. The
-// runner asks with a type assertion; without it, fixtures are torn down one after another.
-type ConcurrentTeardown interface {
-	ConcurrentTeardown() bool
+// ConcurrentFixtures is what a backend offers whose fixtures (the pods, Services and policies
+// of different cases, each under names of its own) may be set up and torn down at the same
+// time: on a real cluster both are mostly waiting for the kubelets to start or stop pods (a
+// second or two a fixture on the project's test cluster), and a block's fixtures then wait
+// together. The runner asks with a type assertion; without it, fixtures are set up and torn
+// down one after another.
+type ConcurrentFixtures interface {
+	ConcurrentFixtures() bool
 }
 
 // BarePairer is what a backend that can join two pods by nothing but one veth pair offers

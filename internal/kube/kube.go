@@ -53,7 +53,11 @@ var (
 	podTimeout       = 120 * time.Second // pod Running with an IP; pod gone after delete
 	namespaceTimeout = 120 * time.Second // namespace gone after Close
 	readyTimeout     = 30 * time.Second  // server listening after Start
-	pollInterval     = 500 * time.Millisecond
+	// A wait looks first at once, then after pollFirst, each look half as far again from
+	// the last, up to pollInterval apart: pods start and go in a second or two here, and a
+	// wait of minutes (a thousand pods) settles at two lists a second.
+	pollFirst    = 50 * time.Millisecond
+	pollInterval = 500 * time.Millisecond
 )
 
 // Config describes a kube backend.
@@ -222,10 +226,10 @@ func (c *Cluster) Facts() cluster.Facts {
 	return f
 }
 
-// ConcurrentTeardown implements cluster.ConcurrentTeardown: fixtures' objects are the API
-// server's, deleted and waited for in parallel calls (DeletePods), and Cluster's own state is
-// guarded by its lock.
-func (c *Cluster) ConcurrentTeardown() bool { return true }
+// ConcurrentFixtures implements cluster.ConcurrentFixtures: fixtures' objects are the API
+// server's, created, deleted and waited for in parallel calls (CreatePods, DeletePods), and
+// Cluster's own state is guarded by its lock.
+func (c *Cluster) ConcurrentFixtures() bool { return true }
 
 // Close implements cluster.Cluster: deletes the run namespace (foreground propagation) and
 // waits until it is gone or no pod is left in it: what runs is gone then (processes stopped, host ports
@@ -398,18 +402,17 @@ func isAlnum(ch byte) bool {
 	return ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9'
 }
 
-// poll calls cond every pollInterval (first at once) until it returns true or an error, or
-// timeout passes, or ctx ends.
+// poll calls cond (first at once, then from pollFirst to pollInterval apart) until it returns
+// true or an error, or timeout passes, or ctx ends.
 func poll(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
 	return pollEvery(ctx, timeout, pollInterval, cond)
 }
 
-// pollEvery is poll with its own interval.
+// pollEvery is poll with its own interval (the most between two looks).
 func pollEvery(ctx context.Context, timeout, interval time.Duration, cond func(context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	t := time.NewTicker(interval)
-	defer t.Stop()
+	wait := min(pollFirst, interval)
 	for {
 		done, err := cond(ctx)
 		if err != nil || done {
@@ -418,8 +421,9 @@ func pollEvery(ctx context.Context, timeout, interval time.Duration, cond func(c
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.C:
+		case <-time.After(wait):
 		}
+		wait = min(wait*3/2, interval)
 	}
 }
 

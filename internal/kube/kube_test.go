@@ -284,7 +284,7 @@ func TestCreatePod(t *testing.T) {
 	}
 	ct := obj.Spec.Containers[0]
 	if ct.Name != "main" || ct.Image != "example.com/tools:v1" || ct.ImagePullPolicy != corev1.PullIfNotPresent ||
-		!slices.Equal(ct.Command, []string{"/bin/busybox", "sleep", "infinity"}) {
+		!slices.Equal(ct.Command, idleCommand) {
 		t.Errorf("container %+v", ct)
 	}
 	if g := obj.Spec.TerminationGracePeriodSeconds; g == nil || *g != 1 {

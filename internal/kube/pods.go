@@ -68,7 +68,7 @@ func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name:            ContainerName,
 				Image:           c.cfg.Image,
-				Command:         []string{"/bin/busybox", "sleep", "infinity"},
+				Command:         idleCommand,
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				SecurityContext: &corev1.SecurityContext{Privileged: &no},
 				Ports:           containerPorts(spec.Ports),
@@ -87,6 +87,11 @@ func (c *Cluster) podObject(spec cluster.PodSpec) *corev1.Pod {
 	}
 	return p
 }
+
+// idleCommand is what a pod's container runs while the scenario execs its tools in it: a
+// shell that waits for ever and exits at SIGTERM (a process 1 without a handler, as busybox
+// sleep, would ignore it and hold the pod's deletion for the grace period).
+var idleCommand = []string{busybox, "sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"}
 
 // burstableRequestDiv: a Burstable pod's CPU request is its limit over this.
 const burstableRequestDiv = 10

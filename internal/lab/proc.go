@@ -29,6 +29,11 @@ type proc struct {
 
 func (p *proc) Output() []byte { return p.out.Bytes() }
 
+// LocalOutput marks the output as this program's memory (cluster.LocalOutput).
+func (p *proc) LocalOutput() {}
+
+var _ cluster.LocalOutput = (*proc)(nil)
+
 func (p *proc) exited() bool {
 	select {
 	case <-p.done:

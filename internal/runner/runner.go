@@ -572,13 +572,20 @@ func (r *run) closeClusters(keep map[string]bool) {
 	}
 }
 
+// concurrent says whether the fixtures of cluster cl may be set up and torn down at once
+// (cluster.ConcurrentFixtures).
+func concurrent(cl cluster.Cluster) bool {
+	cf, ok := cl.(cluster.ConcurrentFixtures)
+	return ok && cf.ConcurrentFixtures()
+}
+
 // closeFixtures tears the block's fixtures down: at the same time where their cluster allows
-// it (cluster.ConcurrentTeardown), else one after the other.
+// it (cluster.ConcurrentFixtures), else one after the other.
 func (r *run) closeFixtures(cases []*caseState) {
 	var together []*caseState
 	for _, c := range cases {
 		s := r.clusters[r.slotKey(c.cs)]
-		if ct, ok := s.clusterOf().(cluster.ConcurrentTeardown); ok && c.fx != nil && ct.ConcurrentTeardown() {
+		if c.fx != nil && concurrent(s.clusterOf()) {
 			together = append(together, c)
 			continue
 		}
@@ -609,21 +616,34 @@ func (r *run) closeFixture(c *caseState) {
 // finishes the case for this run.
 func (r *run) setup(ctx context.Context, c *caseState, name string) error {
 	start := time.Now()
-	s := r.cluster(ctx, c.cs)
-	err := s.err
-	if err == nil {
-		var sc scenario.Scenario
-		if sc, err = scenario.Get(c.cs.Case.Scenario); err != nil {
-			return err
-		}
-		c.fx, err = sc.Setup(ctx, s.cl, c.cs.Case, scenario.Options{CPUs: c.cs.CPUs, Name: name,
-			NoAccount: r.set.NoAccount || (r.set.UnaccountedCopies && c.cs.Case.Copy > 1),
-			Trace:     r.set.traceOf(c.cs.Case), Amplify: r.set.AccountAmplify})
+	sc, err := scenario.Get(c.cs.Case.Scenario)
+	if err != nil {
+		return err
 	}
+	var fx scenario.Fixture
+	s := r.cluster(ctx, c.cs)
+	if err = s.err; err == nil {
+		fx, err = r.setupIn(ctx, sc, s, c, name)
+	}
+	return r.setUp(ctx, c, fx, err, time.Since(start))
+}
+
+// setupIn sets case c's fixture up in the standing cluster s; it writes nothing the run
+// shares, so the fixtures of one cluster may be set up at once (setupTogether).
+func (r *run) setupIn(ctx context.Context, sc scenario.Scenario, s *slot, c *caseState, name string) (scenario.Fixture, error) {
+	return sc.Setup(ctx, s.cl, c.cs.Case, scenario.Options{CPUs: c.cs.CPUs, Name: name,
+		NoAccount: r.set.NoAccount || (r.set.UnaccountedCopies && c.cs.Case.Copy > 1),
+		Trace:     r.set.traceOf(c.cs.Case), Amplify: r.set.AccountAmplify})
+}
+
+// setUp takes case c's fixture (or the error that kept it from standing), set up in took:
+// a case that cannot stand is reported and recorded.
+func (r *run) setUp(ctx context.Context, c *caseState, fx scenario.Fixture, err error, took time.Duration) error {
+	c.fx = fx
 	if ctx.Err() != nil {
 		return nil
 	}
-	r.prog.SetupDone(c.cs, time.Since(start), err != nil, len(c.pending()))
+	r.prog.SetupDone(c.cs, took, err != nil, len(c.pending()))
 	if err == nil {
 		return nil
 	}
@@ -638,6 +658,40 @@ func (r *run) setup(ctx context.Context, c *caseState, name string) error {
 	return r.record(c.cs, n, false, time.Now(), scenario.Measurement{}, err)
 }
 
+// setupTogether sets up at once the fixtures of cases that share a standing cluster that
+// allows it (cluster.ConcurrentFixtures: on a real cluster each waits a second or two for its
+// pods to start), at most setupsAtOnce at a time, then takes them in plan order.
+func (r *run) setupTogether(ctx context.Context, cases []*caseState, names []string) error {
+	slots := make([]*slot, len(cases))
+	scs := make([]scenario.Scenario, len(cases))
+	for i, c := range cases {
+		var err error
+		if scs[i], err = scenario.Get(c.cs.Case.Scenario); err != nil {
+			return err
+		}
+		slots[i] = r.cluster(ctx, c.cs)
+	}
+	fxs := make([]scenario.Fixture, len(cases))
+	errs := make([]error, len(cases))
+	start := time.Now()
+	_ = cluster.Parallel(ctx, len(cases), setupsAtOnce, func(i int) error {
+		if errs[i] = slots[i].err; errs[i] == nil {
+			fxs[i], errs[i] = r.setupIn(ctx, scs[i], slots[i], cases[i], names[i])
+		}
+		return nil
+	})
+	took := time.Since(start) / time.Duration(len(cases))
+	for i, c := range cases {
+		if err := r.setUp(ctx, c, fxs[i], errs[i], took); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setupsAtOnce is how many fixtures of one standing cluster are set up at once.
+const setupsAtOnce = 8
+
 // block runs the rounds of one block of cases.
 func (r *run) block(ctx context.Context, bi int, cases []*caseState) error {
 	// Clusters, then fixtures, then a warm-up of each: all stand before the first round.
@@ -646,6 +700,8 @@ func (r *run) block(ctx context.Context, bi int, cases []*caseState) error {
 	for _, c := range cases {
 		shares[c.cs.Case.Backend]++
 	}
+	var together []*caseState
+	var names []string
 	for i, c := range cases {
 		if ctx.Err() != nil {
 			return nil
@@ -653,8 +709,17 @@ func (r *run) block(ctx context.Context, bi int, cases []*caseState) error {
 		name := ""
 		if !r.standing(c.cs).PerCase && shares[c.cs.Case.Backend] > 1 {
 			name = fmt.Sprintf("f%d", i)
+			if s := r.cluster(ctx, c.cs); s.err == nil && concurrent(s.cl) {
+				together, names = append(together, c), append(names, name)
+				continue
+			}
 		}
 		if err := r.setup(ctx, c, name); err != nil {
+			return err
+		}
+	}
+	if len(together) > 0 {
+		if err := r.setupTogether(ctx, together, names); err != nil {
 			return err
 		}
 	}

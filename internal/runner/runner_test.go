@@ -36,7 +36,22 @@ func (synthetic) Info() scenario.Info {
 func (synthetic) Setup(ctx context.Context, cl cluster.Cluster, c result.Case, opt scenario.Options) (scenario.Fixture, error) {
 	w := current()
 	w.mu.Lock()
+	w.setting++
+	w.maxSetting = max(w.maxSetting, w.setting)
+	gate := w.setupGate
+	w.mu.Unlock()
+	if gate != nil {
+		gate.Done()
+		all := make(chan struct{})
+		go func() { gate.Wait(); close(all) }()
+		select { // every fixture of the block in Setup at once (else maxSetting says so)
+		case <-all:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.setting--
 	w.names[c.ID] = opt.Name
 	if err := w.setupErr[c.ID]; err != nil {
 		return nil, err
@@ -71,6 +86,10 @@ type model struct {
 	// each Close until all it counts have come.
 	closing, maxClosing int
 	closeGate           *sync.WaitGroup
+	// setting and maxSetting count the fixtures in Setup at once; setupGate, if set, holds
+	// each Setup until all it counts have come.
+	setting, maxSetting int
+	setupGate           *sync.WaitGroup
 }
 
 var (
@@ -838,15 +857,16 @@ func TestRunWithoutCases(t *testing.T) {
 // concurrentCluster is a cluster whose fixtures may be torn down at the same time.
 type concurrentCluster struct{ countingCluster }
 
-func (concurrentCluster) ConcurrentTeardown() bool { return true }
+func (concurrentCluster) ConcurrentFixtures() bool { return true }
 
-// A block's fixtures are torn down together where their cluster allows it
-// (cluster.ConcurrentTeardown: every Close in flight at once), one after the other where it
-// does not; either way each once.
-func TestFixturesTornDownTogether(t *testing.T) {
+// A block's fixtures are set up together and torn down together where their cluster allows it
+// (cluster.ConcurrentFixtures: every Setup, then every Close, in flight at once), one after the
+// other where it does not; either way each once, with names of their own, and the run
+// measures them all.
+func TestFixturesTogether(t *testing.T) {
 	for _, concurrent := range []bool{true, false} {
 		w := newModel(t, 1)
-		cases := []result.CaseSpec{synth("x", "tcp", 1, nil), synth("x", "crr", 1, nil)}
+		cases := []result.CaseSpec{synth("x", "tcp", 1, nil), synth("x", "crr", 1, nil), synth("x", "tcp", 1, func(c *result.Case) { c.MsgSize = 512 })}
 		for i := range cases {
 			cases[i].Case.Dataplane = "cluster"
 			cases[i].Case.ID = cases[i].Case.MakeID()
@@ -854,22 +874,39 @@ func TestFixturesTornDownTogether(t *testing.T) {
 		cl := &clusters{}
 		opts := runOpts(t.TempDir(), cl, cluster.Standing{}, Settings{Seed: 1})
 		if concurrent {
-			w.closeGate = &sync.WaitGroup{}
+			w.setupGate, w.closeGate = &sync.WaitGroup{}, &sync.WaitGroup{}
+			w.setupGate.Add(len(cases))
 			w.closeGate.Add(len(cases))
 			opts.NewCluster = func(ctx context.Context, k cluster.Key) (cluster.Cluster, error) {
 				c, err := cl.new(ctx, k)
 				return concurrentCluster{c.(countingCluster)}, err
 			}
 		}
-		if _, err := Run(context.Background(), cases, opts); err != nil {
+		sum, err := Run(context.Background(), cases, opts)
+		if err != nil {
 			t.Fatal(err)
 		}
 		want := 1
 		if concurrent {
 			want = len(cases)
 		}
+		if w.fixtures != len(cases) || w.maxSetting != want {
+			t.Errorf("concurrent set-up %v: %d fixtures set up, at most %d at once; want %d, %d", concurrent, w.fixtures, w.maxSetting, len(cases), want)
+		}
 		if w.closed != len(cases) || w.maxClosing != want {
 			t.Errorf("concurrent teardown %v: %d fixtures closed, at most %d at once; want %d, %d", concurrent, w.closed, w.maxClosing, len(cases), want)
+		}
+		names := map[string]bool{}
+		for _, n := range w.names {
+			names[n] = true
+		}
+		if len(names) != len(cases) || names[""] {
+			t.Errorf("fixture names %v: want one of its own each", w.names)
+		}
+		for _, r := range sum.Results {
+			if r.Status != "ok" {
+				t.Errorf("%s: %s %s", r.Case.ID, r.Status, r.Reason)
+			}
 		}
 	}
 }

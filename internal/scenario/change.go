@@ -411,10 +411,10 @@ func settled(as []driver.ProbeAttempt, t time.Time, obeys func(driver.ProbeAttem
 }
 
 // waitAttempts polls the prober's output until done says the attempts (in sequence order,
-// moved onto this host's clock) show what it waits for, for at most d.
+// moved onto this host's clock) show what it waits for, for at most d, as often as pollEvery says.
 func waitAttempts(ctx context.Context, p cluster.Process, shift, d time.Duration, done func([]driver.ProbeAttempt) bool) error {
 	deadline := time.Now().Add(d)
-	wait := reactionPoll
+	wait, most := pollEvery(p)
 	var last string
 	for {
 		out := p.Output()
@@ -443,7 +443,7 @@ func waitAttempts(ctx context.Context, p cluster.Process, shift, d time.Duration
 			return ctx.Err()
 		case <-time.After(wait):
 		}
-		wait = min(wait*3/2, reactionPollMax)
+		wait = min(wait*3/2, most)
 	}
 }
 

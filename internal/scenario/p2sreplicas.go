@@ -106,6 +106,7 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 
 	// Each replica: its directory (config and file), then nginx, pinned to the server CPU.
 	f.dirs, f.procs = make([]string, n), make([]cluster.Process, n)
+	cmds := make([][]string, n) // each worker writes its own
 	err = cluster.Parallel(ctx, n, replicaWorkers, func(i int) error {
 		pod := f.replicas[i]
 		dir := filepath.Join(cl.Facts().TempDir, fmt.Sprintf("cnibench-http-%s-%s", token, pod.Name))
@@ -117,12 +118,15 @@ func (p2sReplicas) Setup(ctx context.Context, cl cluster.Cluster, c result.Case,
 		if res.ExitCode != 0 {
 			return fmt.Errorf("prepare nginx in %s: exit %d: %s", pod.Name, res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 		}
-		f.serverCmd = pin(opt.CPUs[1], driver.NginxCommand(dir))
-		f.procs[i], err = cl.Start(ctx, pod.Name, f.serverCmd, cluster.Ready{TCPPort: driver.HTTPPort})
+		cmds[i] = pin(opt.CPUs[1], driver.NginxCommand(dir))
+		f.procs[i], err = cl.Start(ctx, pod.Name, cmds[i], cluster.Ready{TCPPort: driver.HTTPPort})
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if n > 0 {
+		f.serverCmd = cmds[0] // the trials record the first replica's (the others differ in their directory)
 	}
 
 	// The extra Services first: the measured one is then programmed with (and, in

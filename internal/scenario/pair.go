@@ -244,16 +244,14 @@ func createPairOn(ctx context.Context, cl cluster.Cluster, opt Options, placemen
 	if err != nil {
 		return cluster.Pod{}, cluster.Pod{}, err
 	}
-	client, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: objName(opt, "client"), Node: cn, Labels: fixtureLabels(opt, "client"), HostNetwork: clientHost})
+	// One call: on a cluster the two pods start at once (a second or two each).
+	pods, err := cl.CreatePods(ctx, []cluster.PodSpec{
+		{Name: objName(opt, "client"), Node: cn, Labels: fixtureLabels(opt, "client"), HostNetwork: clientHost},
+		{Name: objName(opt, "server"), Node: sn, Labels: fixtureLabels(opt, "server"), HostNetwork: serverHost, Server: true}})
 	if err != nil {
 		return cluster.Pod{}, cluster.Pod{}, err
 	}
-	server, err := cluster.CreatePod(ctx, cl, cluster.PodSpec{Name: objName(opt, "server"), Node: sn, Labels: fixtureLabels(opt, "server"), HostNetwork: serverHost, Server: true})
-	if err != nil {
-		_ = cluster.DeletePod(ctx, cl, client.Name)
-		return cluster.Pod{}, cluster.Pod{}, err
-	}
-	return client, server, nil
+	return pods[0], pods[1], nil
 }
 
 // lingerQuiet is how long a server's test process must sit blocked, without running once,

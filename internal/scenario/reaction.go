@@ -103,6 +103,7 @@ var (
 	probeStartTimeout = 30 * time.Second      // the most the probe may take to be answered
 	reactionPoll      = 50 * time.Millisecond // how often a change's progress is looked at first
 	reactionPollMax   = time.Second           // and at most, the probe's output (an exec on a cluster)
+	localPoll         = 10 * time.Millisecond // how often when the output is in memory (cluster.LocalOutput)
 )
 
 // clockReads is how many times a trial reads the client pod's clock (clockOffset).
@@ -427,14 +428,25 @@ func (f *reactionFixture) step(ctx context.Context, track cluster.EndpointTrack,
 	return st, nil
 }
 
+// pollEvery returns how often a waiter looks at p's output first and at most: every localPoll
+// when it is in this program's memory (cluster.LocalOutput: the lab's), from reactionPoll
+// growing to reactionPollMax when reading it is an exec away (a cluster's). When a probe's
+// output is read changes no figure (the probe stamps its probes), only how long a trial lasts
+// past what it waits for.
+func pollEvery(p cluster.Process) (first, most time.Duration) {
+	if _, ok := p.(cluster.LocalOutput); ok {
+		return localPoll, localPoll
+	}
+	return reactionPoll, reactionPollMax
+}
+
 // waitProbes polls the probe's output until done says it shows what it waits for, for at most
 // d; an error says what the probe showed last. With gate, the output is read only once gate
-// is true (the track's events are in memory, the output may be an exec away); the polls grow
-// apart from reactionPoll to reactionPollMax (the probe stamps its probes: when they are read
-// does not change a figure, only the trial's length).
+// is true (the track's events are in memory, the output may be an exec away), as often as
+// pollEvery says.
 func waitProbes(ctx context.Context, p cluster.Process, shift, d time.Duration, gate func() bool, done func([]probe) bool) error {
 	deadline := time.Now().Add(d)
-	wait := reactionPoll
+	wait, most := pollEvery(p)
 	var out []byte
 	var ps []probe
 	for {
@@ -462,7 +474,7 @@ func waitProbes(ctx context.Context, p cluster.Process, shift, d time.Duration, 
 		case <-time.After(wait):
 		}
 		if open {
-			wait = min(wait*3/2, reactionPollMax)
+			wait = min(wait*3/2, most)
 		}
 	}
 }

@@ -216,3 +216,23 @@ func TestAppliedOffset(t *testing.T) {
 		}
 	}
 }
+
+type remoteProc struct{}
+
+func (remoteProc) Stop() error    { return nil }
+func (remoteProc) Output() []byte { return nil }
+
+type localProc struct{ remoteProc }
+
+func (localProc) LocalOutput() {}
+
+// A probe's output in this program's memory (the lab's) is looked at every localPoll; one a
+// cluster must exec to read, from reactionPoll growing to reactionPollMax.
+func TestPollEvery(t *testing.T) {
+	if f, m := pollEvery(localProc{}); f != localPoll || m != localPoll {
+		t.Errorf("local output: every %v to %v, want %v", f, m, localPoll)
+	}
+	if f, m := pollEvery(remoteProc{}); f != reactionPoll || m != reactionPollMax {
+		t.Errorf("output an exec away: every %v to %v, want %v to %v", f, m, reactionPoll, reactionPollMax)
+	}
+}

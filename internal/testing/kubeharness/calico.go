@@ -41,7 +41,8 @@ var calicoNetwork = podNetwork{
 		dir, err := cniBinDir(calicoDir(n, "cni-bin"), map[string]string{"calico": calico, "calico-ipam": calico})
 		return dir, nil, err
 	},
-	agent: (*Harness).calico,
+	agent:  (*Harness).calico,
+	routed: (*Harness).calicoRouted,
 }
 
 const (
@@ -126,6 +127,28 @@ func (h *Harness) calico(n nodeInfo) error {
 		map[string]any{"type": "portmap", "snat": true, "capabilities": map[string]bool{"portMappings": true}},
 	}})
 	return h.writeFile(filepath.Join(n.dir, "net.d/10-calico.conflist"), string(conf))
+}
+
+// calicoRouted waits until felix on each node routes through vxlan.calico to every other
+// node's IPAM block: a node's block is made when its tunnel address is allocated, and the
+// other nodes' felix routes to it once it has seen it (after its own readiness, when that
+// node came up later).
+func (h *Harness) calicoRouted() error {
+	deadline := time.Now().Add(calicoReadyWait)
+	for _, n := range h.nodes {
+		for {
+			out, err := exec.Command("nsenter", "--net="+netns.Path(n.ns), "--", "ip", "-4", "route", "show", "dev", "vxlan.calico").CombinedOutput()
+			if err == nil && strings.Count(string(out), " onlink") >= len(h.nodes)-1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s: no route to every other node's block through vxlan.calico after %s: %v %s", n.name, calicoReadyWait, err, strings.TrimSpace(string(out)))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	h.logf("calico routes between the nodes' blocks")
+	return nil
 }
 
 // runStep runs argv inside a node's network namespace to completion (at most timeout),

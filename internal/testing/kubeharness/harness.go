@@ -53,6 +53,7 @@ type Harness struct {
 	created    []string // host paths that did not exist before and must go
 	mu         sync.Mutex
 	starter    *starter
+	born       time.Time // when Up began: log lines say how long after
 }
 
 // starter starts the cluster's processes from one OS thread that lives as long as the
@@ -104,6 +105,9 @@ var hostPaths = []string{"/var/lib/kubelet", "/var/log/containers", "/var/log/po
 
 func (h *Harness) logf(format string, args ...any) {
 	if h.cfg.Log != nil {
+		if !h.born.IsZero() {
+			format = fmt.Sprintf("[%5.1f s] ", time.Since(h.born).Seconds()) + format
+		}
 		fmt.Fprintf(h.cfg.Log, "kubeharness: "+format+"\n", args...)
 	}
 }
@@ -129,8 +133,7 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 	case !slices.Contains([]string{"iptables", "nftables", ProxyNone}, cfg.ProxyMode):
 		return nil, fmt.Errorf("unknown proxy mode %q (valid: iptables, nftables, %s)", cfg.ProxyMode, ProxyNone)
 	}
-	bins := append([]string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}, pn.bins...)
-	for _, b := range bins {
+	for _, b := range Binaries(cfg.CNI) {
 		if _, err := os.Stat(filepath.Join(cfg.Bin, b)); err != nil {
 			return nil, fmt.Errorf("missing %s in %s: run scripts/kube-build.sh", b, cfg.Bin)
 		}
@@ -145,7 +148,7 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 	if _, err := CleanStale(cfg.Log); err != nil {
 		return nil, err
 	}
-	h = &Harness{cfg: cfg, restore: map[string]string{}, starter: newStarter()}
+	h = &Harness{cfg: cfg, restore: map[string]string{}, starter: newStarter(), born: time.Now()}
 	for _, s := range hostSysctls {
 		b, err := os.ReadFile("/proc/sys/" + s)
 		if err != nil {
@@ -222,6 +225,11 @@ func Up(ctx context.Context, cfg Config) (h *Harness, err error) {
 			if err := pn.agent(h, n); err != nil {
 				return h, fmt.Errorf("node %s: %w", n.name, err)
 			}
+		}
+	}
+	if pn.routed != nil {
+		if err := pn.routed(h); err != nil {
+			return h, fmt.Errorf("%s: %w", cfg.CNI, err)
 		}
 	}
 	return h, h.waitNodesReady(ctx, 120*time.Second)
@@ -306,6 +314,9 @@ func (h *Harness) exited(name string) bool {
 // Down stops everything in reverse order and restores the host. Idempotent.
 func (h *Harness) Down() error {
 	var errs []error
+	down := time.Now()
+	h.logf("taking the cluster down")
+	defer func() { h.logf("down in %.1f s", time.Since(down).Seconds()) }()
 	h.mu.Lock()
 	procs := append([]*proc(nil), h.procs...)
 	h.procs = nil

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,8 +39,8 @@ func binDir() string {
 }
 
 // UpForTest brings a cluster up for a test and registers its teardown, which also checks that
-// nothing is left behind. It returns the CLI built for the test (buildCLI), which is also the
-// tools image's cnibench (the packet engine runs it in pods).
+// nothing is left behind. It returns the CLI built from this tree, which is also the tools
+// image's cnibench (toolsImage).
 func upForTest(t *testing.T, mode, cni string) (*Harness, string) {
 	t.Helper()
 	// make test and make e2e set CNIBENCH_KUBE_E2E=1 after building the binaries: there a
@@ -48,18 +49,17 @@ func upForTest(t *testing.T, mode, cni string) (*Harness, string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	if _, err := os.Stat(filepath.Join(binDir(), "kubelet")); err != nil {
+	// make test starts this package while scripts/kube-build.sh still builds the later pod
+	// networks' binaries: a test waits for what its cluster needs (and kwok, which the tests'
+	// fake nodes run).
+	if err := AwaitBinaries(binDir(), append(Binaries(cni), "kwok"), 5*time.Second, testWriter{t}); err != nil {
 		if required {
-			t.Fatalf("Kubernetes binaries not built (scripts/kube-build.sh): %v", err)
+			t.Fatalf("binaries not built (scripts/kube-build.sh): %v", err)
 		}
-		t.Skipf("Kubernetes binaries not built (run scripts/kube-build.sh, or make test): %v", err)
+		t.Skipf("binaries not built (run scripts/kube-build.sh, or make test): %v", err)
 	}
 	prefix := fmt.Sprintf("cnbtk%03d", rand.Intn(1000))
-	img := filepath.Join(t.TempDir(), "tools.tar")
-	bin := buildCLI(t)
-	if _, err := image.Build(img, image.Options{Self: bin}); err != nil {
-		t.Fatalf("tools image: %v", err)
-	}
+	bin, img := toolsImage(t)
 	// A cluster an interrupted earlier run left is taken down first (Up would do it, but
 	// after the host's state below is taken).
 	if _, err := CleanStale(testWriter{t}); err != nil {
@@ -374,6 +374,24 @@ func probeOnCluster(t *testing.T, h *Harness) {
 	t.Logf("facts: cni=%v kube_proxy_mode=%v; probe: %s", info["cni"], info["kube_proxy_mode"], detail)
 }
 
+// TestRealClusterNFTables runs the CLI against the cluster with kube-proxy in nftables mode
+// and real Flannel's host-gw backend. (It runs second, as its binaries are built first: under
+// make test, scripts/kube-build.sh may still be building Cilium's, kube-router's and Calico's.)
+func TestRealClusterNFTables(t *testing.T) {
+	h, bin := upForTest(t, "nftables", CNIFlannelHostGW)
+	t.Run("flannel", func(t *testing.T) { flannelOnCluster(t, h) })
+	t.Run("flannel-objects", func(t *testing.T) { flannelObjects(t, h) })
+	cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr")
+	// Services through kube-proxy's nftables mode: every protocol, intra and inter node; and a
+	// pod through its own Service (the nftables endpoint chain's hairpin masquerade).
+	cliOnCluster(t, h, bin, "--scenario", "p2s")
+	cliOnCluster(t, h, bin, "--scenario", "hairpin", "--protocol", "tcp,crr")
+	// NodePorts through it, from outside.
+	t.Run("n2s", func(t *testing.T) { n2sOnCluster(t, h) })
+	// How fast kube-proxy's nftables mode follows endpoints.
+	t.Run("reaction", func(t *testing.T) { reactionOnCluster(t, h, bin) })
+}
+
 // TestRealClusterCilium runs the cluster on real Cilium (VXLAN tunnel, kube-proxy replaced:
 // no kube-proxy runs): the agents up with their datapath compiled, the socket LB on the nodes'
 // cgroups and the host's global sysctls untouched (upForTest's host check), Services served by
@@ -424,23 +442,6 @@ func measuredOnCluster(t *testing.T, h *Harness, bin string) {
 	})
 }
 
-// TestRealClusterNFTables runs the CLI against the cluster with kube-proxy in nftables mode
-// and real Flannel's host-gw backend.
-func TestRealClusterNFTables(t *testing.T) {
-	h, bin := upForTest(t, "nftables", CNIFlannelHostGW)
-	t.Run("flannel", func(t *testing.T) { flannelOnCluster(t, h) })
-	t.Run("flannel-objects", func(t *testing.T) { flannelObjects(t, h) })
-	cliOnCluster(t, h, bin, "--scenario", "p2p", "--protocol", "tcp,rr")
-	// Services through kube-proxy's nftables mode: every protocol, intra and inter node; and a
-	// pod through its own Service (the nftables endpoint chain's hairpin masquerade).
-	cliOnCluster(t, h, bin, "--scenario", "p2s")
-	cliOnCluster(t, h, bin, "--scenario", "hairpin", "--protocol", "tcp,crr")
-	// NodePorts through it, from outside.
-	t.Run("n2s", func(t *testing.T) { n2sOnCluster(t, h) })
-	// How fast kube-proxy's nftables mode follows endpoints.
-	t.Run("reaction", func(t *testing.T) { reactionOnCluster(t, h, bin) })
-}
-
 // reactionOnCluster runs the reaction scenario through the CLI on the cluster, one trial per
 // placement (three scale ups and downs each): real pods answering with their address, the
 // EndpointSlice controller and kube-proxy following them. Every change is seen, with its
@@ -472,12 +473,50 @@ func reactionOnCluster(t *testing.T, h *Harness, bin string) {
 	t.Logf("reaction on the cluster: %.0f s", time.Since(start).Seconds())
 }
 
-func buildCLI(t *testing.T) string {
-	bin := filepath.Join(t.TempDir(), "cnibench")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/cnibench").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v: %s", err, out)
+// built holds the CLI and the tools image of this package's run: every test's cluster imports
+// the same image, built once (TestMain removes them).
+var built struct {
+	once     sync.Once
+	dir      string
+	bin, img string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
 	}
+	os.Exit(code)
+}
+
+// buildCLI returns the cnibench CLI built from this tree, once per package run.
+func buildCLI(t *testing.T) string {
+	bin, _ := toolsImage(t)
 	return bin
+}
+
+// toolsImage returns the CLI built from this tree and the tools image around it (the packet
+// engine runs that cnibench in pods), built once per package run.
+func toolsImage(t *testing.T) (bin, img string) {
+	t.Helper()
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "kubeharness-tools-"); built.err != nil {
+			return
+		}
+		built.bin, built.img = filepath.Join(built.dir, "cnibench"), filepath.Join(built.dir, "tools.tar")
+		if out, err := exec.Command("go", "build", "-o", built.bin, "../../../cmd/cnibench").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("build: %v: %s", err, out)
+			return
+		}
+		if _, err := image.Build(built.img, image.Options{Self: built.bin}); err != nil {
+			built.err = fmt.Errorf("tools image: %w", err)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin, built.img
 }
 
 // rbacOnCluster applies deploy/rbac.yaml, then runs cnibench as a user bound only to that role

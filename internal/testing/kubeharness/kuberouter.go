@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/cnibench/cnibench/internal/netns"
 )
 
 // CNIKubeRouter: real kube-router (built from its Go module by scripts/kube-build.sh) on every
@@ -20,6 +24,7 @@ const CNIKubeRouter = "kube-router"
 
 var kubeRouterNetwork = podNetwork{
 	bins:           []string{"kube-router"},
+	routed:         (*Harness).kubeRouterRouted,
 	client:         "kube-router",
 	enforcesPolicy: true,
 	nodeCIDRs:      true,
@@ -83,6 +88,45 @@ func (h *Harness) kubeRouter(n nodeInfo) error {
 	}
 	h.logf("kube-router on %s healthy", n.name)
 	return nil
+}
+
+// bgpWait is how long the agents' BGP sessions may take to bring the routes.
+const bgpWait = 30 * time.Second
+
+// kubeRouterRouted waits until every node has a route to every other node's pod CIDR through
+// that node's address, learnt by BGP: the sessions take a few seconds to come up after the
+// agents start.
+func (h *Harness) kubeRouterRouted() error {
+	deadline := time.Now().Add(bgpWait)
+	for _, n := range h.nodes {
+		for _, o := range h.nodes {
+			if o.name == n.name {
+				continue
+			}
+			cidr, err := h.waitPodCIDR(o.name, 0)
+			if err != nil {
+				return err
+			}
+			for {
+				out, err := exec.Command("nsenter", "--net="+netns.Path(n.ns), "--", "ip", "-4", "route", "show", cidr).CombinedOutput()
+				if err == nil && bgpRoute(string(out), o.ip) {
+					break
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("%s: no route to %s's pod CIDR %s via %s learnt by BGP after %s: %v %s", n.name, o.name, cidr, o.ip, bgpWait, err, strings.TrimSpace(string(out)))
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+		}
+	}
+	h.logf("kube-router BGP routes between the nodes' pod CIDRs")
+	return nil
+}
+
+// bgpRoute says whether ip route's line r goes via gw and was installed by gobgp (protocol
+// zebra, 17: iproute2 prints the number where its rt_protos does not name it).
+func bgpRoute(r, gw string) bool {
+	return strings.Contains(r, "via "+gw+" ") && (strings.Contains(r, "proto zebra") || strings.Contains(r, "proto 17 "))
 }
 
 // kubeRouterConflist is the node's CNI configuration as kube-router's DaemonSet installs it

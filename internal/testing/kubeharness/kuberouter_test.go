@@ -6,13 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cnibench/cnibench/internal/netns"
 )
-
-// bgpWait is how long the agents' BGP sessions may take to bring the routes.
-const bgpWait = 30 * time.Second
 
 // kubeRouterOnCluster checks the real kube-router the harness runs: each node's agent healthy,
 // a route to every other node's pod CIDR through that node's address learnt by BGP (protocol
@@ -41,16 +37,9 @@ func kubeRouterOnCluster(t *testing.T, h *Harness) {
 			if o.name == n.name {
 				continue
 			}
-			// The BGP session takes a few seconds to come up after the agents start.
-			var r string
-			for deadline := time.Now().Add(bgpWait); ; time.Sleep(250 * time.Millisecond) {
-				r = nodeOut(t, n, "ip", "-4", "route", "show", cidrs[o.name])
-				if bgpRoute(r, o.ip) || time.Now().After(deadline) {
-					break
-				}
-			}
-			if !bgpRoute(r, o.ip) {
-				t.Errorf("%s: route to %s's pod CIDR %s: %q, want via %s proto zebra (BGP) within %s", n.name, o.name, cidrs[o.name], r, o.ip, bgpWait)
+			// Up waited for them (kubeRouterRouted).
+			if r := nodeOut(t, n, "ip", "-4", "route", "show", cidrs[o.name]); !bgpRoute(r, o.ip) {
+				t.Errorf("%s: route to %s's pod CIDR %s: %q, want via %s proto zebra (BGP)", n.name, o.name, cidrs[o.name], r, o.ip)
 			}
 		}
 		// The pod CIDRs its pod-egress masquerading spares: every node's, so that traffic
@@ -68,12 +57,6 @@ func kubeRouterOnCluster(t *testing.T, h *Harness) {
 			t.Errorf("%s: CNI configuration not completed by the agent (mtu, range %s): %v: %s", n.name, cidrs[n.name], err, conf)
 		}
 	}
-}
-
-// bgpRoute says whether ip route's line r goes via gw and was installed by gobgp (protocol
-// zebra, 17: iproute2 prints the number where its rt_protos does not name it).
-func bgpRoute(r, gw string) bool {
-	return strings.Contains(r, "via "+gw+" ") && (strings.Contains(r, "proto zebra") || strings.Contains(r, "proto 17 "))
 }
 
 // nodeOut runs argv in node n's network namespace and returns its output; a failure is a

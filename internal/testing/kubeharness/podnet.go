@@ -33,6 +33,10 @@ type podNetwork struct {
 	conf func(h *Harness, n nodeInfo) error
 	// agent starts the network's node agent once the kubelet and kube-proxy run (nil: none).
 	agent func(h *Harness, n nodeInfo) error
+	// routed waits, once every node's agent is ready, until each node routes to the other
+	// nodes' pods (nil: the agents' readiness says so), so that no measurement starts on a
+	// half-made mesh.
+	routed func(h *Harness) error
 }
 
 // ProxyNone is the Config.ProxyMode of a cluster without kube-proxy: the pod network's agent
@@ -70,6 +74,12 @@ var CNIs = func() []string {
 	slices.Sort(out)
 	return out
 }()
+
+// Binaries are what a cluster on pod network cni needs in Config.Bin: Kubernetes' own and the
+// network's.
+func Binaries(cni string) []string {
+	return append([]string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}, podNetworks[cni].bins...)
+}
 
 // podNet is the harness's pod network.
 func (h *Harness) podNet() podNetwork { return podNetworks[h.cfg.CNI] }

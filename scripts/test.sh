@@ -26,15 +26,18 @@ trap 'kill -- -"$build" 2>/dev/null || true' EXIT
 # still fails on those.
 make --no-print-directory build vet fmt-check test-deps bpf-check
 ./bin/cnibench lab clean || echo "test: lab clean left something (above); the suite goes on" >&2
+echo "test: installs, build and checks done at ${SECONDS} s"
 
 export CNIBENCH_KUBE_E2E=1 CNIBENCH_REQUIRE_TOOLS=1
 rc=0
 # shellcheck disable=SC2046
 $GO test -count=1 -p 1 -timeout 60m $($GO list ./... | grep -v '/internal/testing/kubeharness$') || rc=$?
+echo "test: the packages without the cluster done at ${SECONDS} s"
 
 # The cluster tests wait for the binaries they need (the build's lock); what the build
 # failed on shows in its log, printed after them.
 $GO test -count=1 -timeout 60m "$cluster_pkg" || rc=$?
+echo "test: the cluster's tests done at ${SECONDS} s"
 echo "test: the Kubernetes build (scripts/kube-build.sh, log $log):"
 brc=0
 wait "$build" || brc=$?

@@ -1,8 +1,11 @@
 package kube
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +37,13 @@ func TestIdleCommandEndsAtSIGTERM(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		time.Sleep(200 * time.Millisecond) // the shell sets its trap
+		if c.exits { // signal only once the shell has its trap (SigCgt has SIGTERM's bit)
+			for deadline := time.Now().Add(5 * time.Second); !catches(cmd.Process.Pid, syscall.SIGTERM); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s set no SIGTERM handler within 5 s", c.name)
+				}
+			}
+		}
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -53,4 +62,19 @@ func TestIdleCommandEndsAtSIGTERM(t *testing.T) {
 			<-done
 		}
 	}
+}
+
+// catches says whether process pid has a handler for sig (/proc/PID/status, SigCgt).
+func catches(pid int, sig syscall.Signal) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
 }

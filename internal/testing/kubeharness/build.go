@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -31,7 +32,7 @@ func AwaitBinaries(dir string, names []string, poll time.Duration, log io.Writer
 		}
 		if missing == "" {
 			if said {
-				fmt.Fprintf(log, "kube-build: %s built after %.0f s of waiting\n", names[len(names)-1], time.Since(start).Seconds())
+				fmt.Fprintf(log, "kube-build: %s all built after %.0f s of waiting\n", strings.Join(names, ", "), time.Since(start).Seconds())
 			}
 			return nil
 		}

@@ -134,20 +134,34 @@ func (h *Harness) calico(n nodeInfo) error {
 // other nodes' felix routes to it once it has seen it (after its own readiness, when that
 // node came up later).
 func (h *Harness) calicoRouted() error {
-	deadline := time.Now().Add(calicoReadyWait)
+	return h.awaitRoutes("calico routes between the nodes' blocks", calicoReadyWait, func(n, _ nodeInfo) ([]string, func(string) bool) {
+		return []string{"dev", "vxlan.calico"}, func(out string) bool { return strings.Count(out, " onlink") >= len(h.nodes)-1 }
+	})
+}
+
+// awaitRoutes waits, at most wait in all, until on every node n the routes `ip -4 route show
+// ARGS...` lists for each other node o (args and ok from route(n, o)) satisfy ok, and logs what.
+func (h *Harness) awaitRoutes(what string, wait time.Duration, route func(n, o nodeInfo) (args []string, ok func(string) bool)) error {
+	deadline := time.Now().Add(wait)
 	for _, n := range h.nodes {
-		for {
-			out, err := exec.Command("nsenter", "--net="+netns.Path(n.ns), "--", "ip", "-4", "route", "show", "dev", "vxlan.calico").CombinedOutput()
-			if err == nil && strings.Count(string(out), " onlink") >= len(h.nodes)-1 {
-				break
+		for _, o := range h.nodes {
+			if o.name == n.name {
+				continue
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s: no route to every other node's block through vxlan.calico after %s: %v %s", n.name, calicoReadyWait, err, strings.TrimSpace(string(out)))
+			args, ok := route(n, o)
+			for {
+				out, err := exec.Command("nsenter", append([]string{"--net=" + netns.Path(n.ns), "--", "ip", "-4", "route", "show"}, args...)...).CombinedOutput()
+				if err == nil && ok(string(out)) {
+					break
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("%s: no %s to %s after %s: ip route show %s: %v %s", n.name, what, o.name, wait, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+				}
+				time.Sleep(200 * time.Millisecond)
 			}
-			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	h.logf("calico routes between the nodes' blocks")
+	h.logf("%s", what)
 	return nil
 }
 

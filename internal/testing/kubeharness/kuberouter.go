@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/cnibench/cnibench/internal/netns"
 )
 
 // CNIKubeRouter: real kube-router (built from its Go module by scripts/kube-build.sh) on every
@@ -97,30 +94,17 @@ const bgpWait = 30 * time.Second
 // that node's address, learnt by BGP: the sessions take a few seconds to come up after the
 // agents start.
 func (h *Harness) kubeRouterRouted() error {
-	deadline := time.Now().Add(bgpWait)
+	cidrs := map[string]string{}
 	for _, n := range h.nodes {
-		for _, o := range h.nodes {
-			if o.name == n.name {
-				continue
-			}
-			cidr, err := h.waitPodCIDR(o.name, 0)
-			if err != nil {
-				return err
-			}
-			for {
-				out, err := exec.Command("nsenter", "--net="+netns.Path(n.ns), "--", "ip", "-4", "route", "show", cidr).CombinedOutput()
-				if err == nil && bgpRoute(string(out), o.ip) {
-					break
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("%s: no route to %s's pod CIDR %s via %s learnt by BGP after %s: %v %s", n.name, o.name, cidr, o.ip, bgpWait, err, strings.TrimSpace(string(out)))
-				}
-				time.Sleep(250 * time.Millisecond)
-			}
+		c, err := h.waitPodCIDR(n.name, 0)
+		if err != nil {
+			return err
 		}
+		cidrs[n.name] = c
 	}
-	h.logf("kube-router BGP routes between the nodes' pod CIDRs")
-	return nil
+	return h.awaitRoutes("kube-router BGP routes between the nodes' pod CIDRs", bgpWait, func(_, o nodeInfo) ([]string, func(string) bool) {
+		return []string{cidrs[o.name]}, func(out string) bool { return bgpRoute(out, o.ip) }
+	})
 }
 
 // bgpRoute says whether ip route's line r goes via gw and was installed by gobgp (protocol
